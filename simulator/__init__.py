@@ -1,0 +1,27 @@
+"""dtsim: a discrete-event simulator of distributed deep-learning training.
+
+    import simulator
+    scenario = simulator.load_scenario("scenarios/quickstart.yaml", overrides=["parallelism.tp=4"])
+    result = simulator.simulate(scenario)
+    print(result.step_time_s, result.mfu)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from simulator.errors import InfeasibleError, ScenarioError  # noqa: E402
+from simulator.results.result import Result  # noqa: E402
+from simulator.run import simulate, simulate_collective  # noqa: E402
+from simulator.scenario import Scenario, load_scenario  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "Scenario",
+    "Result",
+    "load_scenario",
+    "simulate",
+    "simulate_collective",
+    "ScenarioError",
+    "InfeasibleError",
+]

@@ -1,0 +1,331 @@
+"""``dtsim``: the command line (typer + rich).
+
+Exit codes: 0 success, 2 bad input (one line naming file, line and field), 1 a bug.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator import units
+from simulator.errors import ScenarioError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="dtsim",
+    help="Discrete-event simulator of distributed deep-learning training.\n\n"
+    "Run a scenario:  dtsim run scenarios/quickstart.yaml --set parallelism.tp=2",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except ScenarioError as exc:
+        _fail(str(exc))
+
+
+# ----------------------------------------------------------------------------------------
+# run
+
+
+@app.command()
+def run(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a field: KEY.PATH=VALUE (repeatable)")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the full result as JSON")] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace (.json or .json.gz)")] = None,
+    trace_ranks: Annotated[str | None, typer.Option("--trace-ranks", help="ranks to trace, e.g. 0-7,1024")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="write a self-contained HTML report")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no summary table")] = False,
+) -> None:
+    """Simulate one training iteration of SCENARIO and print a summary."""
+    import simulator
+
+    sc = _guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
+    needs_series = report is not None or trace is not None
+    result = _guard(lambda: simulator.simulate(sc, record_series=needs_series))
+    if not quiet:
+        _print_summary(result, sc)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(result.model_dump_json(indent=2))
+        console.print(f"result written to {json_path}")
+    if trace is not None:
+        from simulator.results.trace import write_trace
+
+        ranks = _guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
+        write_trace(result, trace, ranks=ranks)
+        console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if report is not None:
+        from simulator.viz.report import write_report
+
+        write_report(result, sc, report)
+        console.print(f"report written to {report}")
+
+
+def _parse_ranks(text: str) -> list[int]:
+    ranks: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                ranks += list(range(int(a), int(b) + 1))
+            else:
+                ranks.append(int(part))
+        except ValueError:
+            raise ScenarioError(f"--trace-ranks: cannot read {part!r}; use e.g. 0-7,1024") from None
+    return ranks
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:5.1f}%" if whole > 0 else "-"
+
+
+def _print_summary(result: Any, sc: Any) -> None:
+    par = sc.parallelism
+    title = f"{result.name}"
+    table = Table(title=title, show_header=False, title_justify="left", min_width=72)
+    table.add_column("metric", style="bold")
+    table.add_column("value")
+    cluster = sc.cluster
+    table.add_row("cluster", f"{cluster.n_nodes} x {cluster.node_type.name} = {result.world_size} x "
+                  f"{cluster.gpu_name} ({cluster.node_type.nics.transport if not cluster.fabric.transport else cluster.fabric.transport}, "
+                  f"{cluster.fabric.kind})")
+    layout = f"tp {par.tp} x pp {par.pp} x cp {par.cp} x dp {result.dp}, sharding {par.sharding}"
+    if par.pp > 1:
+        layout += f", {par.pipeline_schedule}" + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
+    table.add_row("layout", layout)
+    table.add_row("batch", f"micro-batch {sc.training.micro_batch} x {result.micro_batches} micro-batches x dp "
+                  f"{result.dp} = {result.global_batch} sequences of {sc.model.seq_len} tokens, {sc.training.precision}, "
+                  f"recompute {sc.training.recompute}")
+    table.add_row("model", f"{sc.model.label}: {result.params / 1e9:.2f} B parameters")
+    table.add_row("step time", f"[bold]{units.format_time(result.step_time_s)}[/]")
+    table.add_row("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s)")
+    table.add_row("per GPU", f"{result.tflops_per_gpu:.1f} TFLOP/s model, {result.hardware_tflops_per_gpu:.1f} hardware; "
+                  f"MFU [bold]{100 * result.mfu:.1f}%[/], HFU {100 * result.hfu:.1f}%")
+    mem = max(result.memory, key=lambda m: m.peak_bytes)
+    verdict = "[bold red]OUT OF MEMORY[/]" if result.oom else "[green]fits[/]"
+    table.add_row("peak memory", f"{units.format_bytes(mem.peak_bytes)} of {units.format_bytes(mem.capacity_bytes)} "
+                  f"(rank {mem.rank}) {verdict}")
+    if result.oom_detail is not None:
+        table.add_row("", result.oom_detail.message)
+    table.add_row("", "params {} grads {} optimizer {} activations {} buffers {} other {}".format(
+        *(units.format_bytes(v) for v in (mem.params_bytes, mem.grads_bytes, mem.optimizer_bytes,
+                                           mem.activations_bytes, mem.buffers_bytes, mem.other_bytes))))
+    b = result.breakdown
+    step = result.step_time_s
+    table.add_row("critical rank", f"rank {b.rank} (stage {b.stage})")
+    table.add_row("  compute", f"{units.format_time(b.compute_s)}  {_pct(b.compute_s, step)}")
+    for kind, value in b.exposed_comm_s.items():
+        total = b.comm_s.get(kind, 0.0)
+        table.add_row(f"  exposed {kind} comm", f"{units.format_time(value)}  {_pct(value, step)}"
+                      f"  (in flight {units.format_time(total)})")
+    if b.bubble_s > 0:
+        table.add_row("  pipeline bubble", f"{units.format_time(b.bubble_s)}  {_pct(b.bubble_s, step)}")
+    if b.idle_s > 0:
+        table.add_row("  idle", f"{units.format_time(b.idle_s)}  {_pct(b.idle_s, step)}")
+    for link in result.links[:3]:
+        table.add_row("busy link", f"{link.label}: {100 * link.utilisation:.0f}% of {link.kind} capacity")
+    table.add_row("calibration", result.calibration)
+    table.add_row("engine", f"{result.engine['tasks']} tasks on {result.engine['simulated_ranks']} simulated ranks, "
+                  f"{result.engine['network_entities']} transfers ({result.engine['network']} network, "
+                  f"symmetry {result.engine['symmetry']})")
+    console.print(table)
+
+
+# ----------------------------------------------------------------------------------------
+# schema, topo, collective
+
+
+@app.command()
+def schema(
+    out: Annotated[Path | None, typer.Option("--out", help="write to a file instead of stdout")] = None,
+) -> None:
+    """Print the JSON Schema of the scenario format."""
+    from simulator.scenario import scenario_json_schema
+
+    text = json.dumps(scenario_json_schema(), indent=2)
+    if out:
+        out.write_text(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+@app.command()
+def topo(
+    node: Annotated[str, typer.Argument(help="node type (e.g. p4d.24xlarge) or a node / cluster YAML file")],
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="number of nodes")] = 1,
+    fabric: Annotated[str, typer.Option("--fabric", help="fat-tree | rail-optimized | single-switch")] = "fat-tree",
+    oversubscription: Annotated[float, typer.Option("--oversubscription", min=1.0)] = 1.0,
+) -> None:
+    """Describe a cluster: GPUs, links by kind, per-GPU injection and bisection bandwidth."""
+    from simulator.cluster import build_cluster
+    from simulator.cluster.describe import summarize
+    from simulator.scenario import ClusterSpec
+
+    def build() -> Any:
+        data: dict[str, Any]
+        if node.endswith((".yaml", ".yml")) and _is_cluster_file(node):
+            data = {"topology": node}
+        else:
+            data = {"node": node, "nodes": nodes, "fabric": {"kind": fabric, "oversubscription": oversubscription}}
+        try:
+            spec = ClusterSpec.model_validate(data)
+        except Exception as exc:
+            from pydantic import ValidationError
+
+            from simulator.scenario.yamlio import error_from_validation
+
+            if isinstance(exc, ValidationError):
+                raise error_from_validation(exc) from None
+            raise
+        return build_cluster(spec)
+
+    cluster = _guard(build)
+    summary = summarize(cluster)
+    spec = cluster.node_type
+    console.print(f"[bold]{summary.description}[/]")
+    console.print(f"{summary.gpus} GPUs ({cluster.gpu.full_name}, {units.format_bytes(cluster.gpu.memory_bytes)}, "
+                  f"{units.format_rate(cluster.gpu.memory_bandwidth_bytes_per_s)} HBM) on {summary.nodes} node(s); "
+                  f"{summary.switches} switches; {len(cluster.links)} directed links")
+    table = Table(title="links (one direction)", title_justify="left")
+    for col in ("kind", "tier", "count", "bandwidth each", "total"):
+        table.add_column(col, justify="right" if col in ("count", "bandwidth each", "total") else "left")
+    for g in summary.links:
+        table.add_row(g.kind, g.tier, str(g.count), units.format_rate(g.bandwidth_bytes_per_s),
+                      units.format_rate(g.count * g.bandwidth_bytes_per_s))
+    console.print(table)
+    console.print(f"per-GPU injection: NVLink {units.format_rate(summary.nvlink_per_gpu_bytes_per_s)}, "
+                  f"PCIe {units.format_rate(summary.pcie_per_gpu_bytes_per_s)}, network "
+                  f"{units.format_rate(summary.network_per_gpu_bytes_per_s)} "
+                  f"({spec.nics.count} x {units.format_rate(spec.nics.bandwidth_bytes_per_s)} {spec.nics.transport} "
+                  f"per node)")
+    how = "max flow" if summary.bisection_exact else "estimate"
+    console.print(f"bisection bandwidth: {units.format_rate(summary.bisection_bytes_per_s)} ({how}, one direction)")
+    console.print("sources: " + "; ".join(spec.sources), style="dim", soft_wrap=True)
+
+
+def _is_cluster_file(path: str) -> bool:
+    from simulator.scenario.yamlio import load_yaml
+
+    try:
+        data = load_yaml(path)
+    except ScenarioError:
+        return False
+    return isinstance(data, dict) and "nodes" in data
+
+
+def _size_range(text: str) -> list[float]:
+    if ":" not in text:
+        return [units.parse_bytes(text)]
+    lo, hi = (units.parse_bytes(x) for x in text.split(":", 1))
+    if lo <= 0 or hi < lo:
+        raise ScenarioError(f"--sizes {text!r}: need 0 < start <= end, e.g. 8B:16GiB")
+    sizes, size = [], lo
+    while size <= hi * (1 + 1e-9):
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+@app.command()
+def collective(
+    node: Annotated[str, typer.Option("--node", help="node type")],
+    nodes: Annotated[int, typer.Option("--nodes", min=1)] = 1,
+    op: Annotated[str, typer.Option("--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast")] = "all_reduce",
+    sizes: Annotated[str, typer.Option("--sizes", help="START:END, doubling (nccl-tests -b/-e/-f 2)")] = "8B:16GiB",
+    algorithm: Annotated[str | None, typer.Option("--algorithm", help="ring | tree | hierarchical | nvls (default: NCCL-like choice)")] = None,
+    fabric: Annotated[str, typer.Option("--fabric")] = "fat-tree",
+    gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", min=1)] = None,
+    network: Annotated[str, typer.Option("--network", help="flow | analytical")] = "flow",
+) -> None:
+    """nccl-tests-style table of one collective over every GPU of a cluster."""
+    from simulator.cluster.collectives import OPS
+    from simulator.costs.collectives import bus_bandwidth_factor
+    from simulator.run import collective_choice, simulate_collective
+
+    if op not in OPS or op == "p2p":
+        _fail(f"--op {op!r}: expected one of {', '.join(o for o in OPS if o != 'p2p')}")
+    if algorithm is not None and algorithm not in ("ring", "tree", "hierarchical", "nvls", "direct", "chain"):
+        _fail(f"--algorithm {algorithm!r}: expected ring, tree, hierarchical or nvls")
+    if network not in ("flow", "analytical"):
+        _fail(f"--network {network!r}: expected flow or analytical")
+    size_list = _guard(lambda: _size_range(sizes))
+    cluster: dict[str, Any] = {"node": node, "nodes": nodes, "fabric": {"kind": fabric}}
+    if gpus_per_node:
+        cluster["gpus_per_node"] = gpus_per_node
+
+    def table_rows() -> list[tuple[float, float, str]]:
+        from simulator.scenario import ClusterSpec
+
+        try:
+            spec = ClusterSpec.model_validate(cluster)
+        except Exception as exc:
+            from pydantic import ValidationError
+
+            from simulator.scenario.yamlio import error_from_validation
+
+            if isinstance(exc, ValidationError):
+                raise error_from_validation(exc) from None
+            raise
+        out = []
+        for size in size_list:
+            try:
+                seconds = simulate_collective(spec, op, size, algorithm, network=network)
+                how = collective_choice(spec, op, size, algorithm)
+            except ValueError as exc:
+                raise ScenarioError(f"--algorithm {algorithm}: {exc}") from None
+            out.append((size, seconds, how))
+        return out
+
+    rows = _guard(table_rows)
+    world = nodes * (gpus_per_node or 0) or None
+    table = Table(title=f"{op} on {nodes} x {node} ({network} model)", title_justify="left")
+    for col in ("size", "time", "algbw", "busbw", "algorithm"):
+        table.add_column(col, justify="left" if col == "algorithm" else "right")
+    from simulator.scenario import ClusterSpec
+
+    world = ClusterSpec.model_validate(cluster).world_size
+    factor = bus_bandwidth_factor(op, world)
+    for size, seconds, how in rows:
+        algbw = size / seconds if seconds > 0 else 0.0
+        table.add_row(units.format_size_for_table(size), f"{seconds * 1e6:,.1f} us", f"{algbw / 1e9:.2f} GB/s",
+                      f"{algbw * factor / 1e9:.2f} GB/s", how)
+    console.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except ScenarioError as exc:  # raised outside a guarded block
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""The cluster graph: vertices (GPUs, switches, NICs, CPUs) and directed links.
+
+A :class:`ClusterGraph` keeps its links in a flat list (``links[link_id]``) so the engine
+can index loads by integer, plus the vertex metadata the router needs. The networkx
+``DiGraph`` view (``cluster.graph``, every edge carrying its :class:`Link` as attribute
+``link``) is built on first use, for analysis (bisection bandwidth) and for users.
+
+Vertex names: ``n{node}.gpu{i}``, ``n{node}.nvsw``, ``n{node}.pcie{k}``, ``n{node}.cpu{s}``,
+``n{node}.nic{j}``; fabric switches ``leaf{i}``, ``spine{j}``, ``rail{r}.leaf{g}``, ``switch``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+import networkx as nx
+
+from simulator.scenario.hardware import GpuSpec, LinkKind, NodeTypeSpec, TransportSpec
+from simulator.scenario.spec import FabricSpec
+
+__all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind"]
+
+VertexKind = Literal["gpu", "nvswitch", "pcie", "cpu", "nic", "leaf", "spine", "switch"]
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One direction of a physical link.
+
+    ``capacity_bytes_per_s`` is what NCCL-style traffic can use: the line rate times the
+    transport's efficiency (protocol overhead). ``tier`` groups links of the same role
+    (``nvlink``, ``pcie``, ``host``, ``nic-up``, ``nic-down``, ``leaf-up``, ``spine-down``).
+    """
+
+    id: int
+    src: str
+    dst: str
+    kind: LinkKind
+    bandwidth_bytes_per_s: float
+    efficiency: float
+    latency_s: float
+    tier: str
+    rail: int | None = None
+    node: int | None = None  # owning node (node-internal and NIC links); None for switch-to-switch
+    slot: int = 0  # position among its node's links: equal slots are the same link on every node
+
+    @property
+    def capacity_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True, slots=True)
+class Vertex:
+    name: str
+    kind: VertexKind
+    node: int | None  # the node it belongs to; None for fabric switches
+    local: str  # name within the node (``gpu3``), or the fabric name
+    socket: int | None = None  # CPU socket (for node-internal vertices)
+    switch: int | None = None  # PCIe switch index (GPUs and NICs)
+
+
+@dataclass
+class ClusterGraph:
+    """Vertices, links and the per-GPU facts the rest of the simulator asks for."""
+
+    node_type: NodeTypeSpec
+    gpu: GpuSpec
+    n_nodes: int
+    gpus_per_node: int
+    transport_kind: str
+    transport: TransportSpec
+    fabric: FabricSpec
+    vertices: dict[str, Vertex] = field(default_factory=dict)
+    links: list[Link] = field(default_factory=list)
+    _out: dict[str, list[int]] = field(default_factory=dict)
+    _pair: dict[tuple[str, str], int] = field(default_factory=dict)
+    _node_slots: dict[int, int] = field(default_factory=dict)
+    # filled by the fabric builder: the switch each NIC is cabled to, and spine lists
+    nic_leaf: dict[str, str] = field(default_factory=dict)
+    leaf_spines: dict[str, list[str]] = field(default_factory=dict)
+    description: str = ""
+
+    # -- construction --------------------------------------------------------------------
+
+    def add_vertex(self, vertex: Vertex) -> None:
+        self.vertices[vertex.name] = vertex
+        self._out.setdefault(vertex.name, [])
+
+    def add_link(
+        self,
+        src: str,
+        dst: str,
+        *,
+        kind: LinkKind,
+        bandwidth_bytes_per_s: float,
+        efficiency: float,
+        latency_s: float,
+        tier: str,
+        rail: int | None = None,
+        both_ways: bool = True,
+        reverse_tier: str | None = None,
+    ) -> None:
+        owner = self.vertices[src].node
+        if owner is None:
+            owner = self.vertices[dst].node
+        for a, b, t in ((src, dst, tier), (dst, src, reverse_tier or tier)) if both_ways else ((src, dst, tier),):
+            slot = 0
+            if owner is not None:
+                slot = self._node_slots.get(owner, 0)
+                self._node_slots[owner] = slot + 1
+            link = Link(len(self.links), a, b, kind, bandwidth_bytes_per_s, efficiency, latency_s, t, rail, owner, slot)
+            self.links.append(link)
+            self._out[a].append(link.id)
+            self._pair[(a, b)] = link.id
+
+    # -- queries -------------------------------------------------------------------------
+
+    @property
+    def fabric_kind(self) -> str:
+        return self.fabric.kind
+
+    @property
+    def world_size(self) -> int:
+        return self.n_nodes * self.gpus_per_node
+
+    def gpu_vertex(self, gpu_index: int) -> str:
+        node, local = divmod(gpu_index, self.gpus_per_node)
+        return f"n{node}.gpu{local}"
+
+    def node_of(self, gpu_index: int) -> int:
+        return gpu_index // self.gpus_per_node
+
+    def link_between(self, src: str, dst: str) -> Link | None:
+        link_id = self._pair.get((src, dst))
+        return None if link_id is None else self.links[link_id]
+
+    def out_links(self, vertex: str) -> list[Link]:
+        return [self.links[i] for i in self._out.get(vertex, [])]
+
+    def nics_of_node(self, node: int) -> list[str]:
+        return [f"n{node}.nic{j}" for j in range(self.node_type.nics.count)]
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """A networkx view: vertices carry ``kind``/``node``; edges carry ``link`` and its fields."""
+        g = nx.DiGraph()
+        for v in self.vertices.values():
+            g.add_node(v.name, kind=v.kind, node=v.node)
+        for link in self.links:
+            g.add_edge(
+                link.src,
+                link.dst,
+                link=link,
+                kind=link.kind,
+                bandwidth_bytes_per_s=link.bandwidth_bytes_per_s,
+                capacity_bytes_per_s=link.capacity_bytes_per_s,
+                latency_s=link.latency_s,
+            )
+        return g

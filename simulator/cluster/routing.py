@@ -1,0 +1,191 @@
+"""Routing: which links a transfer between two GPUs crosses, and in what fractions.
+
+* Inside a node: the path of least 1/bandwidth that never transits another GPU or a NIC
+  (GPUs cannot forward NVLink traffic; without a direct link, peers talk over PCIe/host).
+  Nodes are identical, so the path is computed once per (local src, local dst) and shifted.
+* Between nodes: GPU -> its NICs (the ones on its PCIe switch, else its socket, else all;
+  traffic is split evenly over them, as NCCL spreads channels over a GPU's NICs) -> fabric
+  -> the destination GPU's NICs -> GPU.
+* In the fabric, the transport's multipath policy picks spines: ``single`` (InfiniBand,
+  D-mod-k: spine = destination node mod spines), ``spray`` (EFA SRD: every spine, evenly),
+  ``ecmp`` (TCP: each of the connection's flows hashed onto one spine).
+
+A :class:`Route` is a tuple of ``(link_id, fraction)``: the fraction of the transfer's bytes
+that crosses the link. Routes are cached.
+"""
+
+from __future__ import annotations
+
+import heapq
+import zlib
+from dataclasses import dataclass
+
+from simulator.cluster.graph import ClusterGraph
+
+__all__ = ["Route", "Router", "HopClass"]
+
+HopClass = str  # "nvlink" | "pcie" | "net"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    links: tuple[tuple[int, float], ...]
+    hop_class: HopClass
+    latency_s: float
+
+
+class Router:
+    """Cached routes over one :class:`ClusterGraph`."""
+
+    def __init__(self, cluster: ClusterGraph, seed: int = 0) -> None:
+        self.cluster = cluster
+        self.seed = seed
+        self._node_base = self._node_link_bases()
+        self._gpu_nics = {i: self._nics_for_gpu(i) for i in range(cluster.gpus_per_node)}
+        self._routes: dict[tuple[int, int], Route] = {}
+        self._intra_cache: dict[tuple[str, str], tuple[tuple[int, ...], HopClass, float]] = {}
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _node_link_bases(self) -> list[dict[int, int]]:
+        """For each node: slot -> link id (slots line up across nodes)."""
+        bases: list[dict[int, int]] = [dict() for _ in range(self.cluster.n_nodes)]
+        for link in self.cluster.links:
+            if link.node is not None:
+                bases[link.node][link.slot] = link.id
+        return bases
+
+    def _nics_for_gpu(self, local: int) -> tuple[int, ...]:
+        c = self.cluster
+        gpu = c.vertices[f"n0.gpu{local}"]
+        nics = [c.vertices[f"n0.nic{j}"] for j in range(c.node_type.nics.count)]
+        same_switch = [j for j, v in enumerate(nics) if v.switch == gpu.switch and v.socket == gpu.socket]
+        if same_switch and c.node_type.pcie.switches > 0:
+            return tuple(same_switch)
+        same_socket = [j for j, v in enumerate(nics) if v.socket == gpu.socket]
+        return tuple(same_socket or range(len(nics)))
+
+    def _intra_offsets(self, src_local: str, dst_local: str) -> tuple[tuple[int, ...], HopClass, float]:
+        """Least-1/bandwidth path from n0.src to n0.dst as link slots; GPUs/NICs only at the ends."""
+        c = self.cluster
+        src, dst = f"n0.{src_local}", f"n0.{dst_local}"
+        best: dict[str, float] = {src: 0.0}
+        prev: dict[str, int] = {}
+        heap = [(0.0, src)]
+        while heap:
+            cost, v = heapq.heappop(heap)
+            if v == dst:
+                break
+            if cost > best.get(v, float("inf")):
+                continue
+            if v != src and c.vertices[v].kind in ("gpu", "nic"):
+                continue
+            for link in c.out_links(v):
+                w = c.vertices[link.dst]
+                if w.node != 0:
+                    continue
+                new = cost + 1.0 / link.capacity_bytes_per_s
+                if new < best.get(link.dst, float("inf")):
+                    best[link.dst] = new
+                    prev[link.dst] = link.id
+                    heapq.heappush(heap, (new, link.dst))
+        if dst not in prev:
+            raise ValueError(f"no path from {src} to {dst} inside a node")
+        path: list[int] = []
+        v = dst
+        while v != src:
+            link = c.links[prev[v]]
+            path.append(link.slot)
+            v = link.src
+        path.reverse()
+        kinds = {c.links[self._node_base[0][s]].kind for s in path}
+        hop = "nvlink" if kinds == {"nvlink"} else "pcie"
+        latency = sum(c.links[self._node_base[0][s]].latency_s for s in path)
+        return tuple(path), hop, latency
+
+    def _intra(self, src_local: str, dst_local: str) -> tuple[tuple[int, ...], HopClass, float]:
+        key = (src_local, dst_local)
+        found = self._intra_cache.get(key)
+        if found is None:
+            found = self._intra_cache[key] = self._intra_offsets(src_local, dst_local)
+        return found
+
+    def _shift(self, slots: tuple[int, ...], node: int) -> list[int]:
+        base = self._node_base[node]
+        return [base[s] for s in slots]
+
+    def _fabric_paths(self, src_nic: str, dst_nic: str, dst_node: int, flow: int) -> list[tuple[list[int], float]]:
+        """Fabric links between two NICs as (link ids, fraction) alternatives."""
+        c = self.cluster
+        up = c._pair[(src_nic, c.nic_leaf[src_nic])]
+        leaf_a, leaf_b = c.nic_leaf[src_nic], c.nic_leaf[dst_nic]
+        down = c._pair[(leaf_b, dst_nic)]
+        if leaf_a == leaf_b:
+            return [([up, down], 1.0)]
+        spines = c.leaf_spines[leaf_a]
+        policy = c.transport.multipath
+        if policy == "spray":
+            share = 1.0 / len(spines)
+            return [([up, c._pair[(leaf_a, s)], c._pair[(s, leaf_b)], down], share) for s in spines]
+        if policy == "ecmp":
+            key = f"{src_nic}>{dst_nic}#{flow}@{self.seed}".encode()
+            spine = spines[zlib.crc32(key) % len(spines)]
+        else:  # single: D-mod-k on the destination node
+            spine = spines[dst_node % len(spines)]
+        return [([up, c._pair[(leaf_a, spine)], c._pair[(spine, leaf_b)], down], 1.0)]
+
+    # -- the route -----------------------------------------------------------------------
+
+    def route(self, src_gpu: int, dst_gpu: int) -> Route:
+        """The links from GPU ``src_gpu`` to GPU ``dst_gpu`` (global GPU indices), cached."""
+        key = (src_gpu, dst_gpu)
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = self._compute_route(src_gpu, dst_gpu)
+        return found
+
+    def _compute_route(self, src_gpu: int, dst_gpu: int) -> Route:
+        c = self.cluster
+        g = c.gpus_per_node
+        sn, sl = divmod(src_gpu, g)
+        dn, dl = divmod(dst_gpu, g)
+        if src_gpu == dst_gpu:
+            return Route((), "nvlink", 0.0)
+        if sn == dn:
+            slots, hop, latency = self._intra(f"gpu{sl}", f"gpu{dl}")
+            return Route(tuple((link_id, 1.0) for link_id in self._shift(slots, sn)), hop, latency)
+        weights: dict[int, float] = {}
+        src_nics, dst_nics = self._gpu_nics[sl], self._gpu_nics[dl]
+        pairs = max(len(src_nics), len(dst_nics))
+        flows = c.transport.flows_per_connection if c.transport.multipath == "ecmp" else 1
+        latency = 0.0
+        for p in range(pairs):
+            a, b = src_nics[p % len(src_nics)], dst_nics[p % len(dst_nics)]
+            share = 1.0 / pairs
+            up_slots, _, up_lat = self._intra(f"gpu{sl}", f"nic{a}")
+            down_slots, _, down_lat = self._intra(f"nic{b}", f"gpu{dl}")
+            for link_id in self._shift(up_slots, sn) + self._shift(down_slots, dn):
+                weights[link_id] = weights.get(link_id, 0.0) + share
+            for f in range(flows):
+                for links, frac in self._fabric_paths(f"n{sn}.nic{a}", f"n{dn}.nic{b}", dn, f + p * flows):
+                    for link_id in links:
+                        weights[link_id] = weights.get(link_id, 0.0) + share * frac / flows
+            if p == 0:
+                fabric = self._fabric_paths(f"n{sn}.nic{a}", f"n{dn}.nic{b}", dn, 0)[0][0]
+                latency = up_lat + down_lat + sum(c.links[i].latency_s for i in fabric)
+        return Route(tuple(sorted(weights.items())), "net", latency)
+
+    def route_to_host(self, gpu: int) -> Route:
+        """GPU to its own CPU socket (host memory), for offload traffic."""
+        c = self.cluster
+        node, local = divmod(gpu, c.gpus_per_node)
+        socket = c.vertices[f"n0.gpu{local}"].socket or 0
+        slots, _, latency = self._intra(f"gpu{local}", f"cpu{socket}")
+        return Route(tuple((i, 1.0) for i in self._shift(slots, node)), "pcie", latency)
+
+    def route_from_host(self, gpu: int) -> Route:
+        c = self.cluster
+        node, local = divmod(gpu, c.gpus_per_node)
+        socket = c.vertices[f"n0.gpu{local}"].socket or 0
+        slots, _, latency = self._intra(f"cpu{socket}", f"gpu{local}")
+        return Route(tuple((i, 1.0) for i in self._shift(slots, node)), "pcie", latency)

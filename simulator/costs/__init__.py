@@ -1,0 +1,1 @@
+"""Pure cost functions: compute roofline, collective alpha-beta, memory, FLOPs. No simpy."""

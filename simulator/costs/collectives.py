@@ -1,0 +1,217 @@
+"""Closed-form collective costs and NCCL-style algorithm/protocol choice (pure functions).
+
+A collective is described by its *shape* (what :mod:`simulator.cluster.collectives` derives
+from the group's placement on the graph): per phase, the seconds per byte of the busiest
+link (the alpha-beta model's beta over the route's bottleneck), the number of sequential
+steps and how many of them cross the network. Costing follows NCCL's own model
+(``src/graph/tuning.cc``; shared/REFERENCE.md §1.10.4):
+
+    time = latency(algorithm, protocol) + sum over phases of nbytes * beta_phase / f
+
+with ``f`` the protocol's bandwidth fraction (LL 0.5, LL128 0.92, Simple 1) times, for
+trees, NCCL's size-dependent tree correction. Latency:
+
+* ring:  base + (steps - inter) * hop_intra + inter * (hop_net + transport latency);
+  x1.4 for multi-node Simple all-reduce (NCCL's "plateau" factor, sm80+);
+* tree:  base + 2 * ((ppn - 1) * hop_intra + ceil(log2 nodes) * (hop_net + transport)),
+  plus the pipeline fill across the network: a tree forwards a Simple step (512 KiB)
+  only once it has it, so each of the 2*levels network hops adds one step time,
+  ``min(D / channels, step) / channel bandwidth``;
+* nvls:  NCCL's NVLS latency (25 us);
+* direct (p2p, all-to-all): base + one hop.
+
+The textbook ring formula of REFERENCE.md §1.2 is the special case of one phase:
+``2(N-1)*alpha + 2(N-1)/N * D / B`` for all-reduce (``tests/test_costs_collectives.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "NcclModel",
+    "PhaseShape",
+    "CollectiveShape",
+    "Choice",
+    "ring_all_reduce_time_s",
+    "collective_latency_s",
+    "pipeline_fill_s",
+    "bandwidth_factor",
+    "collective_time_s",
+    "protocols_for",
+    "choose_algorithm",
+    "bus_bandwidth_factor",
+]
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+
+@dataclass(frozen=True)
+class NcclModel:
+    """NCCL's cost-model constants (seconds), as loaded from ``topologies/nccl.yaml``."""
+
+    base_latency: dict[str, dict[str, float]]
+    hop_latency: dict[str, dict[str, dict[str, float]]]
+    nvls_latency: float
+    nvls_efficiency: float
+    protocol_bandwidth: dict[str, dict[str, float]]
+    ll_max_bytes: float
+    ll128_max_bytes: float
+    ring_plateau_factor: float
+    tree_correction: dict[str, tuple[float, ...]]
+    simple_step_bytes: float = 512 * 1024
+
+
+@dataclass(frozen=True)
+class PhaseShape:
+    """One phase of a collective on a concrete placement.
+
+    ``seconds_per_byte``: max over links of (bytes crossing the link per byte of the
+    collective's size D) / link capacity, i.e. the phase's bandwidth time per byte when it
+    runs alone. ``steps``: sequential steps; ``inter_steps`` of them cross the network.
+    """
+
+    seconds_per_byte: float
+    steps: int
+    inter_steps: int
+    intra_class: str  # "nvlink" | "pcie"
+    net_latency_s: float
+    ppn: int
+    nodes: int
+    channels: int = 1
+    channel_net_bytes_per_s: float = 0.0  # network bandwidth of one channel (trees' pipeline fill)
+
+
+@dataclass(frozen=True)
+class CollectiveShape:
+    op: str  # all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | p2p
+    algorithm: str  # ring | tree | nvls | hierarchical | direct | chain
+    nranks: int
+    phases: tuple[PhaseShape, ...]
+    ll128_ok: bool = True  # every hop can use LL128 (NVLink, or InfiniBand)
+
+    @property
+    def nodes(self) -> int:
+        return max(p.nodes for p in self.phases)
+
+
+@dataclass(frozen=True)
+class Choice:
+    shape: CollectiveShape
+    protocol: str
+    time_s: float
+    latency_s: float
+
+
+def ring_all_reduce_time_s(nranks: int, nbytes: float, alpha_s: float, bandwidth_bytes_per_s: float) -> float:
+    """Textbook ring all-reduce: 2(N-1)*alpha + 2(N-1)/N * D / B (Thakur et al. 2005)."""
+    n = nranks
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * nbytes / bandwidth_bytes_per_s
+
+
+def _family(algorithm: str) -> str:
+    return "tree" if algorithm == "tree" else "ring"
+
+
+def _phase_latency(model: NcclModel, algorithm: str, protocol: str, phase: PhaseShape) -> float:
+    fam = _family(algorithm)
+    intra = model.hop_latency[phase.intra_class][fam][protocol]
+    net = model.hop_latency["net"][fam][protocol] + phase.net_latency_s
+    if algorithm == "tree":
+        levels = math.ceil(math.log2(phase.nodes)) if phase.nodes > 1 else 0
+        return 2 * ((phase.ppn - 1) * intra + levels * net)
+    if algorithm == "nvls":
+        return model.nvls_latency
+    return (phase.steps - phase.inter_steps) * intra + phase.inter_steps * net
+
+
+def pipeline_fill_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float) -> float:
+    """Trees across nodes: one step per network hop before the pipeline runs full."""
+    if shape.algorithm != "tree":
+        return 0.0
+    fill = 0.0
+    step = model.simple_step_bytes if protocol == "Simple" else model.simple_step_bytes / 8
+    for p in shape.phases:
+        if p.nodes > 1 and p.channel_net_bytes_per_s > 0:
+            levels = math.ceil(math.log2(p.nodes))
+            fill += 2 * levels * min(nbytes / p.channels, step) / p.channel_net_bytes_per_s
+    return fill
+
+
+def collective_latency_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float = 0.0) -> float:
+    """Latency part of the model for one call (base + per-hop terms + tree fill), seconds."""
+    if shape.nranks <= 1:
+        return 0.0
+    fam = _family(shape.algorithm)
+    base = model.base_latency[fam][protocol]
+    calls = len(shape.phases) if shape.algorithm == "hierarchical" else 1
+    latency = base * calls + sum(_phase_latency(model, shape.algorithm, protocol, p) for p in shape.phases)
+    if shape.algorithm == "nvls":
+        latency = model.nvls_latency
+    if shape.op == "all_reduce" and shape.algorithm == "ring" and protocol == "Simple" and shape.nodes > 1:
+        latency *= model.ring_plateau_factor
+    return latency + pipeline_fill_s(model, shape, protocol, nbytes)
+
+
+def bandwidth_factor(model: NcclModel, algorithm: str, protocol: str, nbytes: float) -> float:
+    """Fraction of link capacity the protocol delivers (bytes on the wire per byte = 1/f)."""
+    if algorithm == "nvls":
+        return 1.0
+    factor = model.protocol_bandwidth[_family(algorithm)][protocol]
+    if algorithm == "tree":
+        table = model.tree_correction[protocol]
+        index = int(math.log2(max(nbytes, 64.0) / 64.0))
+        if index < len(table):
+            factor *= table[index]
+    return factor
+
+
+def collective_time_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float) -> float:
+    """Time of the collective running alone on its links."""
+    if shape.nranks <= 1 or nbytes <= 0:
+        return 0.0
+    factor = bandwidth_factor(model, shape.algorithm, protocol, nbytes)
+    transfer = sum(p.seconds_per_byte for p in shape.phases) * nbytes / factor
+    return collective_latency_s(model, shape, protocol, nbytes) + transfer
+
+
+def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float) -> tuple[str, ...]:
+    """Protocols NCCL would consider: LL for small messages, LL128 where 128-byte stores are
+    atomic (NVLink, InfiniBand) and the message is not huge, Simple always."""
+    if shape.algorithm == "nvls":
+        return ("Simple",)
+    options = []
+    if nbytes <= model.ll_max_bytes:
+        options.append("LL")
+    if shape.ll128_ok and nbytes <= model.ll128_max_bytes:
+        options.append("LL128")
+    options.append("Simple")
+    return tuple(options)
+
+
+def choose_algorithm(model: NcclModel, shapes: list[CollectiveShape], nbytes: float) -> Choice:
+    """The (algorithm, protocol) pair of least modelled time, as NCCL's tuner picks it."""
+    best: Choice | None = None
+    for shape in shapes:
+        for protocol in protocols_for(model, shape, nbytes):
+            t = collective_time_s(model, shape, protocol, nbytes)
+            if best is None or t < best.time_s:
+                best = Choice(shape, protocol, t, collective_latency_s(model, shape, protocol, nbytes))
+    if best is None:
+        raise ValueError("no collective algorithm applies")
+    return best
+
+
+def bus_bandwidth_factor(op: str, nranks: int) -> float:
+    """nccl-tests busbw = algbw * factor (doc/PERFORMANCE.md)."""
+    n = nranks
+    if n <= 1:
+        return 1.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0

@@ -1,0 +1,123 @@
+"""Compute time of one GPU operation: a roofline with measured efficiency tables.
+
+    time = max(FLOPs / (peak * eff_flops(FLOPs)), bytes / (HBM bandwidth * eff_mem)) + launch
+
+``eff_flops`` is a table per op class (GEMM, fused attention forward/backward) and
+precision, interpolated in log10(FLOPs) and clamped at its ends: small kernels cannot fill
+the GPU, large ones approach a ceiling below the datasheet peak. The tables are data (a
+:class:`ComputeProfile`), loaded from ``topologies/calibration/``: built-in defaults per GPU
+from published measurements, or a profile measured with ``dtsim calibrate``.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+__all__ = ["EfficiencyCurve", "ComputeProfile", "gemm_time_s", "attention_time_s", "memory_time_s", "roofline_time_s"]
+
+
+@dataclass(frozen=True)
+class EfficiencyCurve:
+    """Piecewise-linear efficiency in log10 of the work (FLOPs), clamped at both ends."""
+
+    log10_flops: tuple[float, ...]
+    efficiency: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.log10_flops) != len(self.efficiency) or not self.log10_flops:
+            raise ValueError("an efficiency curve needs matching, non-empty flops and efficiency lists")
+        if any(b <= a for a, b in zip(self.log10_flops, self.log10_flops[1:], strict=False)):
+            raise ValueError("efficiency curve flops must increase")
+        if any(not 0 < e <= 1 for e in self.efficiency):
+            raise ValueError("efficiencies must be in (0, 1]")
+
+    def __call__(self, flops: float) -> float:
+        x = math.log10(max(flops, 1.0))
+        xs, ys = self.log10_flops, self.efficiency
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            return ys[-1]
+        i = bisect_right(xs, x)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+    def scaled(self, factor: float) -> EfficiencyCurve:
+        return EfficiencyCurve(self.log10_flops, tuple(min(1.0, e * factor) for e in self.efficiency))
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    """Everything the compute model needs for one GPU: peaks, efficiency tables, overheads.
+
+    ``gemm``, ``attention_fwd`` and ``attention_bwd`` map a precision to its curve; a
+    precision missing from a table falls back to the ``bf16`` (else first) entry.
+    """
+
+    name: str
+    peak_flops_per_s: dict[str, float]
+    memory_bandwidth_bytes_per_s: float
+    gemm: dict[str, EfficiencyCurve]
+    attention_fwd: dict[str, EfficiencyCurve]
+    attention_bwd: dict[str, EfficiencyCurve]
+    memory_efficiency: float = 0.8
+    launch_overhead_s: float = 4e-6
+    calibrated: bool = False
+    source: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def peak(self, precision: str) -> float:
+        peak = self.peak_flops_per_s.get(precision)
+        if peak is None:
+            raise KeyError(f"no {precision} peak in compute profile {self.name}")
+        return peak
+
+    @staticmethod
+    def _pick(table: dict[str, EfficiencyCurve], precision: str) -> EfficiencyCurve:
+        if precision in table:
+            return table[precision]
+        alias = {"fp16": "bf16", "bf16": "fp16", "tf32": "fp32", "fp8": "bf16"}.get(precision)
+        if alias in table:
+            return table[alias]
+        return next(iter(table.values()))
+
+    def gemm_efficiency(self, flops: float, precision: str) -> float:
+        return self._pick(self.gemm, precision)(flops)
+
+    def attention_efficiency(self, flops: float, precision: str, backward: bool) -> float:
+        table = self.attention_bwd if backward else self.attention_fwd
+        return self._pick(table, precision)(flops)
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_bytes_per_s * self.memory_efficiency
+
+
+def roofline_time_s(flops: float, nbytes: float, flop_rate: float, byte_rate: float, launch_s: float) -> float:
+    """max(FLOPs / achieved FLOP rate, bytes / achieved byte rate) + launch overhead."""
+    compute = flops / flop_rate if flops > 0 else 0.0
+    memory = nbytes / byte_rate if nbytes > 0 else 0.0
+    return max(compute, memory) + launch_s
+
+
+def gemm_time_s(profile: ComputeProfile, m: float, n: float, k: float, precision: str, elem_bytes: float) -> float:
+    """One GEMM (m x k) @ (k x n) in ``precision``; bytes are the three operands once."""
+    flops = 2.0 * m * n * k
+    nbytes = (m * k + k * n + m * n) * elem_bytes
+    rate = profile.peak(precision) * profile.gemm_efficiency(flops, precision)
+    return roofline_time_s(flops, nbytes, rate, profile.memory_bytes_per_s, profile.launch_overhead_s)
+
+
+def attention_time_s(
+    profile: ComputeProfile, flops: float, nbytes: float, precision: str, *, backward: bool
+) -> float:
+    """A fused (FlashAttention-style) attention kernel executing ``flops``."""
+    rate = profile.peak(precision) * profile.attention_efficiency(flops, precision, backward)
+    return roofline_time_s(flops, nbytes, rate, profile.memory_bytes_per_s, profile.launch_overhead_s)
+
+
+def memory_time_s(profile: ComputeProfile, nbytes: float, kernels: int = 1) -> float:
+    """Memory-bound kernels (norms, softmax, elementwise, optimizer) moving ``nbytes``."""
+    return nbytes / profile.memory_bytes_per_s + kernels * profile.launch_overhead_s

@@ -1,0 +1,137 @@
+"""FLOP and parameter counts of a transformer (pure functions, no simulator state).
+
+Conventions (stated in every Result):
+
+* a multiply-add is 2 FLOPs; a GEMM of (m x k) by (k x n) is ``2*m*n*k``;
+* **model FLOPs** per token (PaLM, Chowdhery et al. 2022, appendix B):
+  ``6*N + 12*L*h*s``, where N counts the parameters that take part in matrix multiplies
+  (everything but the input-embedding and position tables; with tied embeddings the shared
+  matrix is counted once, for the output projection) and ``12*L*h*s`` is the attention
+  score and value product (forward + backward, no causal discount);
+* **hardware FLOPs** add what recomputation executes again: the whole layer forward for
+  ``full`` recompute, the attention core (``4*L*h*s`` per token) for ``selective``.
+
+Cross-check (nanoGPT-style second derivation): Megatron's per-iteration count without
+recomputation ``72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h))`` (Narayanan et al. SC'21, Eq. 3
+without the recompute forward) equals ``(6*N + 12*L*h*s)*B*s`` for a GPT with 4h MLP and
+tied embeddings, up to biases and norms; ``tests/test_flops.py`` checks both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "gemm_flops",
+    "attention_core_flops",
+    "ParamCounts",
+    "param_counts",
+    "model_flops_per_token",
+    "recompute_flops_per_token",
+    "megatron_flops_per_iteration",
+]
+
+
+def gemm_flops(m: float, n: float, k: float) -> float:
+    """FLOPs of one (m x k) @ (k x n) matrix product: 2*m*n*k."""
+    return 2.0 * m * n * k
+
+
+def attention_core_flops(batch: float, heads: float, s_q: float, s_k: float, head_dim: float) -> float:
+    """Forward FLOPs of softmax(QK^T)V without masking: QK^T and AV are 2*b*a*s_q*s_k*d each."""
+    return 4.0 * batch * heads * s_q * s_k * head_dim
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts of one model (elements)."""
+
+    per_layer: int
+    layers: int
+    embedding: int  # token embedding table V*h
+    position: int  # learned position table s*h (0 for rotary)
+    output: int  # untied output projection V*h (0 when tied)
+    final_norm: int
+
+    @property
+    def total(self) -> int:
+        return self.per_layer * self.layers + self.embedding + self.position + self.output + self.final_norm
+
+    @property
+    def matmul(self) -> int:
+        """Parameters that take part in matrix multiplies (the N of 6N)."""
+        logits = self.output if self.output else self.embedding
+        return self.per_layer * self.layers + logits + self.final_norm
+
+
+def param_counts(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    ffn_hidden: int,
+    vocab: int,
+    seq_len: int,
+    mlp: str,
+    norm: str,
+    position_embedding: str,
+    tied_embeddings: bool,
+    bias: bool,
+) -> ParamCounts:
+    """Exact parameter counts of a GPT/Llama-style block stack.
+
+    Per layer: attention ``h*(h + 2*kv*d) + h*h`` (Q, K, V, output; d = h/heads), MLP
+    ``2*h*F`` (GELU) or ``3*h*F`` (SwiGLU gate/up/down), two norms (``2h`` each for
+    LayerNorm with bias, ``h`` for RMSNorm), biases when ``bias``.
+    """
+    d = hidden // heads
+    kv_width = kv_heads * d
+    attn = hidden * (hidden + 2 * kv_width) + hidden * hidden
+    n_mats = 3 if mlp == "swiglu" else 2
+    mlp_params = n_mats * hidden * ffn_hidden
+    norm_params = 2 * hidden if norm == "layernorm" else hidden
+    per_layer = attn + mlp_params + 2 * norm_params
+    if bias:
+        per_layer += (hidden + 2 * kv_width) + hidden  # qkv and output projection biases
+        per_layer += (2 if mlp == "swiglu" else 1) * ffn_hidden + hidden
+    return ParamCounts(
+        per_layer=per_layer,
+        layers=layers,
+        embedding=vocab * hidden,
+        position=seq_len * hidden if position_embedding == "learned" else 0,
+        output=0 if tied_embeddings else vocab * hidden,
+        final_norm=norm_params,
+    )
+
+
+def model_flops_per_token(matmul_params: int, layers: int, hidden: int, seq_len: int) -> float:
+    """PaLM model FLOPs per trained token: 6*N + 12*L*h*s."""
+    return 6.0 * matmul_params + 12.0 * layers * hidden * seq_len
+
+
+def recompute_flops_per_token(
+    recompute: str, layer_params: int, layers: int, hidden: int, seq_len: int
+) -> float:
+    """FLOPs per token executed again by activation recomputation.
+
+    full: one more forward of every transformer layer, ``2*N_layers + 4*L*h*s``;
+    selective: the attention core only, ``4*L*h*s`` (Korthikanti et al. 2022 §5).
+    """
+    attention = 4.0 * layers * hidden * seq_len
+    if recompute == "full":
+        return 2.0 * layer_params * layers + attention
+    if recompute == "selective":
+        return attention
+    return 0.0
+
+
+def megatron_flops_per_iteration(
+    batch: int, seq_len: int, layers: int, hidden: int, vocab: int, *, recompute: bool
+) -> float:
+    """Narayanan et al. SC'21 Eq. 3: 96*B*s*l*h^2*(1 + s/6h + V/16lh) with full recompute,
+    72*B*s*l*h^2*(1 + s/6h + V/12lh) without (the convention of SC'21 and DeepSpeed-era TFLOP/s)."""
+    b, s, l, h, v = float(batch), float(seq_len), float(layers), float(hidden), float(vocab)
+    if recompute:
+        return 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
+    return 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h))

@@ -1,0 +1,154 @@
+"""Memory formulas: model states (ZeRO paper) and activations (Korthikanti et al. 2022).
+
+Model states, bytes per parameter, mixed-precision Adam (Rajbhandari et al., SC'20, §3.1):
+2 (16-bit parameters) + 2 (16-bit gradients) + K = 12 (fp32 master weights, momentum,
+variance; the master weights count as optimizer state) = 16. Sharded per ZeRO stage over
+N_d ranks (§5): ZeRO-1 ``4 + 12/N_d``, ZeRO-2 ``2 + 14/N_d``, ZeRO-3 ``16/N_d``.
+
+Activations per transformer layer, 16-bit tensors and 1-byte dropout masks (Korthikanti et
+al. 2022, §4.1 / Table 2): ``s*b*h*(34 + 5*a*s/h)`` without parallelism, built from the
+tensors each block keeps for backward. :func:`layer_activation_bytes` sums those tensors
+one by one, so it also covers GQA, SwiGLU, any FFN width, no dropout, FlashAttention, tensor
+and sequence parallelism and the recompute policies; for a standard GPT it reproduces the
+table exactly (``tests/test_memory.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "bytes_per_element",
+    "ModelStateBytes",
+    "model_state_bytes_per_param",
+    "sharded_model_state_bytes",
+    "layer_activation_bytes",
+    "embedding_activation_bytes",
+    "logits_activation_bytes",
+]
+
+_DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+def bytes_per_element(dtype: str) -> int:
+    return _DTYPE_BYTES[dtype]
+
+
+@dataclass(frozen=True)
+class ModelStateBytes:
+    """Bytes per parameter of each model state, unsharded."""
+
+    params: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer
+
+
+def model_state_bytes_per_param(precision: str, optimizer: str = "adam") -> ModelStateBytes:
+    """ZeRO accounting: 16-bit training keeps 2+2 bytes on the model plus fp32 optimizer states.
+
+    fp32/tf32: 4-byte parameters and gradients, Adam's two fp32 moments (8): 16 in all.
+    fp16/bf16: 2 + 2 + 12 (fp32 master, momentum, variance) = 16 (ZeRO §3.1, K = 12).
+    fp8 (Transformer Engine): bf16 parameters plus a cached fp8 copy of the weights (3),
+    bf16 gradients (2), fp32 master + moments (12).
+    SGD with momentum drops the variance: K = 8 mixed precision, 4 in fp32.
+    """
+    if precision in ("fp32", "tf32"):
+        return ModelStateBytes(4.0, 4.0, 8.0 if optimizer == "adam" else 4.0)
+    params = 3.0 if precision == "fp8" else 2.0
+    return ModelStateBytes(params, 2.0, 12.0 if optimizer == "adam" else 8.0)
+
+
+def sharded_model_state_bytes(
+    n_params: float, per_param: ModelStateBytes, *, stage: int, shard_ranks: int
+) -> ModelStateBytes:
+    """Model-state bytes held by one rank for ZeRO stage 0..3 over ``shard_ranks`` ranks.
+
+    stage 0: everything replicated; 1: optimizer sharded; 2: + gradients; 3: + parameters.
+    """
+    n = max(1, shard_ranks)
+    params = per_param.params * n_params / (n if stage >= 3 else 1)
+    grads = per_param.grads * n_params / (n if stage >= 2 else 1)
+    optimizer = per_param.optimizer * n_params / (n if stage >= 1 else 1)
+    return ModelStateBytes(params, grads, optimizer)
+
+
+def layer_activation_bytes(
+    *,
+    seq: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    ffn_hidden: int,
+    mlp: str,
+    tp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    flash_attention: bool = False,
+    dropout: bool = True,
+    act_bytes: int = 2,
+) -> float:
+    """Bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
+
+    Korthikanti et al. 2022 Table 2 for a GPT block (MHA, GELU, F = 4h, dropout, 2-byte
+    activations), s = sequence, b = micro-batch, a = heads, t = tp:
+
+    * no recompute, no SP: ``s*b*h*(10 + 24/t + 5*a*s/(h*t))``
+    * no recompute, SP:    ``s*b*h*(34 + 5*a*s/h)/t``
+    * selective:           ``s*b*h*(10 + 24/t)`` (``34*s*b*h/t`` with SP)
+    * full:                ``2*s*b*h`` (the layer input; ``/t`` with SP)
+
+    FlashAttention never stores the ``a*s*s`` score/softmax/dropout tensors (Dao et al.
+    2022) but keeps the fp32 log-sum-exp, ``4*b*a*s/t`` bytes. Context parallelism keeps
+    s/cp tokens per rank.
+    """
+    s = seq / cp
+    e = float(act_bytes)
+    sbh = s * batch * hidden
+    d = hidden // heads
+    kv_width = kv_heads * d
+    mask = 1.0 if dropout else 0.0
+    shard_rep = float(tp) if sequence_parallel else 1.0  # replicated parts split only with SP
+    if recompute == "full":
+        return e * sbh / shard_rep
+    # replicated across tp unless sequence parallel: LN inputs and outputs, dropout masks
+    replicated = (e + e + mask + e + e + mask) * sbh
+    # split across tp: Q, K, V, attention output, MLP intermediates
+    split = e * sbh + 2 * e * s * batch * kv_width + e * sbh
+    if mlp == "swiglu":
+        split += 3 * e * s * batch * ffn_hidden
+    else:
+        split += 2 * e * s * batch * ffn_hidden
+    core = 0.0
+    if recompute != "selective":
+        if flash_attention:
+            core = 4.0 * batch * heads * s
+        else:
+            core = (e + mask + (e if dropout else 0.0)) * heads * s * seq * batch
+    return replicated / shard_rep + (split + core) / tp
+
+
+def embedding_activation_bytes(
+    *, seq: int, batch: int, hidden: int, tp: int = 1, cp: int = 1, sequence_parallel: bool = False,
+    dropout: bool = True, act_bytes: int = 2,
+) -> float:
+    """First pipeline stage: the embedding output kept for the first layer's backward and its
+    dropout mask (Megatron ``theoretical_memory_usage.py`` input-embedding terms)."""
+    sbh = seq / cp * batch * hidden
+    per = act_bytes + (1 if dropout else 0)
+    return per * sbh / (tp if sequence_parallel else 1)
+
+
+def logits_activation_bytes(
+    *, seq: int, batch: int, hidden: int, vocab: int, tp: int = 1, cp: int = 1, sequence_parallel: bool = False,
+    act_bytes: int = 2,
+) -> float:
+    """Last pipeline stage: the final norm input and the fp32 logits the vocab-parallel cross
+    entropy keeps (``4*s*b*V/t``; Megatron keeps the softmax in fp32 for the loss)."""
+    sb = seq / cp * batch
+    return act_bytes * sb * hidden / (tp if sequence_parallel else 1) + 4.0 * sb * vocab / tp

@@ -1,0 +1,20 @@
+"""Engine stage: the only simpy code. Runs a Program's task DAG over the network model."""
+
+from __future__ import annotations
+
+import simpy
+
+from simulator.engine.comm import CommResolver, LinkClasses, Resolved
+from simulator.engine.core import Engine, EngineRun
+from simulator.engine.network import Network, PhaseLoad
+from simulator.workload.tasks import Program
+
+__all__ = ["run_program", "Engine", "EngineRun", "Network", "PhaseLoad", "CommResolver", "LinkClasses", "Resolved"]
+
+
+def run_program(program: Program, resolver: CommResolver, *, mode: str = "flow",
+                record_series: bool = False) -> EngineRun:
+    """Execute ``program`` on a fresh simpy environment and return the recorded times."""
+    env = simpy.Environment()
+    network = Network(env, resolver.classes.capacity, mode=mode, record_series=record_series)
+    return Engine(program, resolver, network).run()

@@ -1,0 +1,124 @@
+"""The result of one simulation (CONTRACT.md ``simulator.Result``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+__all__ = ["Result", "RankMemory", "Breakdown", "OomDetail", "LinkUsage", "CommSummary"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RankMemory(_Out):
+    """Memory of one simulated rank (standing for ``represents`` identical ranks) at its peak."""
+
+    rank: int
+    stage: int
+    represents: int
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    other_bytes: float
+    peak_bytes: float
+    capacity_bytes: float
+    peak_time_s: float
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.peak_bytes
+
+
+class OomDetail(_Out):
+    rank: int
+    time_s: float
+    peak_bytes: float
+    capacity_bytes: float
+    by_category: dict[str, float]
+    largest: str
+    message: str
+
+
+class Breakdown(_Out):
+    """Where one rank's step went, seconds: compute + exposed comm + bubble + idle = step time."""
+
+    rank: int
+    stage: int
+    compute_s: float
+    exposed_comm_s: dict[str, float]
+    bubble_s: float
+    idle_s: float
+    comm_s: dict[str, float] = Field(description="total time communication of each kind was in flight")
+
+    @property
+    def exposed_comm_total_s(self) -> float:
+        return sum(self.exposed_comm_s.values())
+
+
+class LinkUsage(_Out):
+    label: str
+    kind: str
+    tier: str
+    utilisation: float
+    bytes: float
+    links: int
+
+
+class CommSummary(_Out):
+    kind: str
+    count: int
+    bytes: float
+    time_s: float
+    algorithms: dict[str, int]
+
+
+class Result(_Out):
+    name: str
+    scenario_hash: str
+    simulator_version: str
+    calibration: str
+    flops_convention: str
+    world_size: int
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    micro_batches: int
+    global_batch: int
+    params: int
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    model_flops_per_step: float
+    peak_memory_bytes: float
+    gpu_memory_bytes: float
+    oom: bool
+    oom_detail: OomDetail | None = None
+    memory: list[RankMemory]
+    breakdown: Breakdown
+    stage_breakdown: list[Breakdown]
+    links: list[LinkUsage]
+    communication: list[CommSummary]
+    engine: dict[str, Any]
+
+    _rows: Any = PrivateAttr(default=None)
+    _facts: Any = PrivateAttr(default=None)
+    _series: Any = PrivateAttr(default=None)
+
+    @property
+    def rows(self) -> Any:
+        """The trace rows this result was computed from (not serialised)."""
+        return self._rows
+
+    @property
+    def facts(self) -> Any:
+        return self._facts

@@ -1,0 +1,76 @@
+"""Trace rows: what the engine recorded, in plain records (the input of every result).
+
+One :class:`Row` per executed task on a simulated rank; one :class:`LinkStat` per link
+class. :class:`RunFacts` carries the plain numbers about the scenario and cluster that the
+metrics need (the results stage imports nothing else from the simulator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Row", "LinkStat", "RunFacts"]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    rank: int
+    stream: str
+    name: str
+    category: str  # compute | tp | cp | pp | dp | shard | offload
+    start_s: float
+    end_s: float
+    meta: dict[str, Any] | None = None
+    mem: tuple[tuple[float, float, str], ...] = ()  # (time_s, delta_bytes, category)
+    comm: dict[str, Any] | None = None  # op, bytes, group size, algorithm, protocol
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStat:
+    label: str
+    kind: str
+    tier: str
+    capacity_bytes_per_s: float
+    bytes: float  # carried by one link of the class
+    members: int
+
+
+@dataclass
+class RunFacts:
+    scenario_name: str
+    scenario_hash: str
+    simulator_version: str
+    calibration: str
+    world_size: int
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    virtual_stages: int
+    micro_batches: int
+    global_batch: int
+    seq_len: int
+    params: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    peak_flops_per_s: float
+    precision: str
+    gpu: str
+    gpu_memory_bytes: float
+    represents: dict[int, int]
+    stage_of: dict[int, int]
+    initial_memory: dict[int, dict[str, float]]
+    flops_convention: str
+    sharding: str
+    schedule: str
+    engine_events: int = 0
+    network_entities: int = 0
+    network_recomputations: int = 0
+    symmetry: str = "auto"
+    network_mode: str = "flow"
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,168 @@
+"""``simulate(scenario) -> Result``: the whole flow in one short function.
+
+scenario -> cluster graph + mesh -> compute profile -> workload program -> engine -> rows -> result
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from simulator import __version__
+from simulator.cluster import Mesh, Router, build_cluster
+from simulator.cluster.collectives import CollectivePlanner, nccl_model
+from simulator.costs.flops import model_flops_per_token, recompute_flops_per_token
+from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
+from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
+from simulator.scenario import ClusterSpec, Scenario
+from simulator.workload import CommOp, Program, ProgramBuilder, WorkloadBuilder, block_ranks, compute_profile
+
+__all__ = ["simulate", "simulate_collective", "collective_choice", "FLOPS_CONVENTION"]
+
+FLOPS_CONVENTION = (
+    "model FLOPs = (6*N + 12*L*h*s) per token (PaLM appendix B; N = parameters in matmuls, no causal discount); "
+    "hardware FLOPs add recomputation (full: 2*N_layers + 4*L*h*s, selective: 4*L*h*s per token)"
+)
+
+
+def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
+    """Simulate one training iteration of ``scenario``."""
+    cluster = build_cluster(scenario.cluster)
+    par = scenario.parallelism
+    mesh = Mesh(par.tp, par.cp, par.pp, scenario.dp, par.shard_group_size)
+    profile = compute_profile(cluster.gpu, scenario.cluster.calibration)
+    symmetric = scenario.sim.symmetry == "auto"
+    builder = WorkloadBuilder(scenario, mesh, profile, gpus_per_node=cluster.gpus_per_node, symmetric=symmetric)
+    program = builder.build()
+    block = block_ranks(mesh, cluster.gpus_per_node) if symmetric else None
+    classes = LinkClasses(cluster, None if block is None else block // cluster.gpus_per_node)
+    planner = CollectivePlanner(cluster, Router(cluster, seed=scenario.sim.seed))
+    resolver = CommResolver(cluster, planner, classes, nccl_model(), block_ranks=block)
+    run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series)
+    facts = _facts(scenario, builder, program, run, profile.name, profile.calibrated, cluster.gpu)
+    result = compute_result(_rows(program, run), facts, _link_stats(classes, run))
+    result._series = run.network.series if record_series else None
+    return result
+
+
+def _rows(program: Program, run: EngineRun) -> list[Row]:
+    rows = []
+    for task in program.tasks:
+        start, end = float(run.start_s[task.id]), float(run.end_s[task.id])
+        mem = tuple((end if d.at_end else start, d.nbytes, d.category) for d in task.mem)
+        comm = None
+        if task.comm is not None:
+            resolved = run.resolved.get(task.id)
+            comm = {
+                "op": task.comm.op,
+                "bytes": task.comm.nbytes,
+                "count": task.comm.count,
+                "ranks": len(task.comm.group),
+                "group": task.comm.group,
+                "algorithm": resolved.algorithm if resolved else None,
+                "protocol": resolved.protocol if resolved else None,
+                "alone_s": resolved.alone_s if resolved else None,
+            }
+        rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.meta, mem, comm))
+    return rows
+
+
+def _link_stats(classes: LinkClasses, run: EngineRun) -> list[LinkStat]:
+    carried = run.network.bytes_carried
+    assert carried is not None
+    out = []
+    cluster = classes.cluster
+    for index in range(len(classes)):
+        if carried[index] <= 0:
+            continue
+        link = cluster.links[classes.members[index][0]]
+        out.append(LinkStat(classes.label(index), link.kind, link.tier, float(classes.capacity[index]),
+                            float(carried[index]), len(classes.members[index])))
+    return out
+
+
+def _facts(scenario: Scenario, builder: WorkloadBuilder, program: Program, run: EngineRun, profile: str,
+           calibrated: bool, gpu: Any) -> RunFacts:
+    m, train = scenario.model, scenario.training
+    counts = builder.layout.counts
+    tokens = scenario.tokens_per_step
+    model_flops = model_flops_per_token(counts.matmul, m.layers, m.hidden, m.seq_len) * tokens
+    extra = recompute_flops_per_token(train.recompute, counts.per_layer, m.layers, m.hidden, m.seq_len) * tokens
+    calibration = profile if calibrated else f"uncalibrated (built-in efficiency tables for {gpu.name})"
+    return RunFacts(
+        scenario_name=scenario.name or f"{m.label} on {scenario.cluster.n_nodes} x {scenario.cluster.node_type.name}",
+        scenario_hash=scenario.content_hash(),
+        simulator_version=__version__,
+        calibration=calibration,
+        world_size=scenario.world_size,
+        tp=scenario.parallelism.tp,
+        pp=scenario.parallelism.pp,
+        cp=scenario.parallelism.cp,
+        dp=scenario.dp,
+        virtual_stages=scenario.parallelism.virtual_stages,
+        micro_batches=scenario.micro_batches,
+        global_batch=train.global_batch,
+        seq_len=m.seq_len,
+        params=counts.total,
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=model_flops + extra,
+        peak_flops_per_s=gpu.peak_flops_per_s(train.precision),
+        precision=train.precision,
+        gpu=gpu.name,
+        gpu_memory_bytes=gpu.memory_bytes,
+        represents=program.represents,
+        stage_of={r: builder.mesh.stage(r) for r in program.ranks},
+        initial_memory=program.initial_memory,
+        flops_convention=FLOPS_CONVENTION,
+        sharding=scenario.parallelism.sharding,
+        schedule=scenario.parallelism.pipeline_schedule,
+        engine_events=run.events,
+        network_entities=run.network.entities_started,
+        network_recomputations=run.network.recomputations,
+        symmetry=scenario.sim.symmetry,
+        network_mode=scenario.sim.network,
+    )
+
+
+@lru_cache(maxsize=8)
+def _collective_setup(spec: ClusterSpec) -> tuple[Any, CommResolver]:
+    graph = build_cluster(spec)
+    planner = CollectivePlanner(graph, Router(graph))
+    return graph, CommResolver(graph, planner, LinkClasses(graph, None), nccl_model(), block_ranks=None)
+
+
+def _as_spec(cluster: dict[str, Any] | ClusterSpec) -> ClusterSpec:
+    return cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.model_validate(cluster)
+
+
+def simulate_collective(
+    cluster: dict[str, Any] | ClusterSpec,
+    op: str,
+    nbytes: float,
+    algorithm: str | None = None,
+    *,
+    ranks: tuple[int, ...] | None = None,
+    network: str = "flow",
+) -> float:
+    """Seconds of one collective over all GPUs of ``cluster`` (or ``ranks``), nccl-tests style.
+
+    ``nbytes`` follows nccl-tests: the vector size for all-reduce, the total output for
+    all-gather, the total input for reduce-scatter. ``algorithm`` None lets the NCCL-like
+    tuner choose (ring, tree, NVLS) by size and topology.
+    """
+    graph, resolver = _collective_setup(_as_spec(cluster))
+    group = ranks or tuple(range(graph.world_size))
+    pb = ProgramBuilder()
+    pb.add(group[0], "comm", op, "dp", comm=CommOp(op, group, float(nbytes), "dp", (group,), algorithm))
+    program = pb.build((group[0],), {group[0]: 1}, {group[0]: {}})
+    run = run_program(program, resolver, mode=network)
+    return float(run.makespan_s)
+
+
+def collective_choice(cluster: dict[str, Any] | ClusterSpec, op: str, nbytes: float,
+                      algorithm: str | None = None) -> str:
+    """The algorithm and protocol the tuner picks, e.g. ``"tree/Simple"``."""
+    graph, resolver = _collective_setup(_as_spec(cluster))
+    group = tuple(range(graph.world_size))
+    choice = resolver.choose(CommOp(op, group, float(nbytes), "dp", (group,), algorithm))
+    return f"{choice.shape.algorithm}/{choice.protocol}"

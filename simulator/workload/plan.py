@@ -1,0 +1,435 @@
+"""Turn a scenario into the engine's :class:`~simulator.workload.tasks.Program`.
+
+The builder walks each simulated rank's pipeline schedule (``schedules.py``) and emits, per
+action, the layer steps of every model chunk (``tensor_parallel.py``), the pipeline
+point-to-point transfers, the data-parallel strategy's collectives (``data_parallel.py``,
+``sharding.py``), the optimizer step, and the memory each task allocates and frees.
+
+Symmetry: with ``sim.symmetry: auto`` one rank per pipeline stage is simulated (all ranks
+of a stage do identical work); each collective it issues stands for the same collective of
+every sibling rank in its block of nodes (``instances``), so their traffic still loads the
+network. ``off`` simulates every rank and joins collectives across their members.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from simulator.costs.compute import ComputeProfile
+from simulator.costs.flops import ParamCounts, param_counts
+from simulator.costs.memory import (
+    embedding_activation_bytes,
+    layer_activation_bytes,
+    logits_activation_bytes,
+    model_state_bytes_per_param,
+)
+from simulator.cluster.mesh import Axis, Mesh
+from simulator.scenario.spec import Scenario
+from simulator.units import GiB
+from simulator.workload import sharding
+from simulator.workload.model import Shard, kernels_time_s, optimizer_kernel
+from simulator.workload.schedules import Action, pipeline_schedule
+from simulator.workload.tasks import CommOp, MemDelta, Program, ProgramBuilder
+from simulator.workload.tensor_parallel import CommStep, ComputeStep, Step, block_steps, embedding_steps, logits_steps
+
+__all__ = ["WorkloadBuilder", "ModelLayout", "Chunk", "CUDA_CONTEXT_BYTES", "block_ranks"]
+
+# CUDA context, cuBLAS/cuDNN workspaces and allocator slack that no tensor accounts for.
+# Estimate: ~0.5 GiB context on recent drivers plus workspaces; shows up in every rank's
+# "other" memory so an OOM verdict is not optimistic.
+CUDA_CONTEXT_BYTES = 1.0 * GiB
+
+
+def block_ranks(mesh: Mesh, gpus_per_node: int) -> int:
+    """Ranks of the smallest block of whole nodes that holds whole data-parallel replicas."""
+    return math.lcm(mesh.slice_size, gpus_per_node)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One virtual pipeline stage: a contiguous run of layers (plus embedding / logits)."""
+
+    index: int
+    layers: tuple[int, ...]
+    embedding: bool
+    logits: bool
+
+
+@dataclass
+class ModelLayout:
+    scenario: Scenario
+    counts: ParamCounts = field(init=False)
+    chunks: list[Chunk] = field(init=False)
+
+    def __post_init__(self) -> None:
+        m = self.scenario.model
+        self.counts = param_counts(
+            layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads, ffn_hidden=m.ffn,
+            vocab=m.vocab, seq_len=m.seq_len, mlp=m.mlp, norm=m.norm, position_embedding=m.position_embedding,
+            tied_embeddings=m.tied_embeddings, bias=m.bias,
+        )
+        counts = self.scenario.stage_layer_counts
+        chunks, start = [], 0
+        for i, n in enumerate(counts):
+            chunks.append(Chunk(i, tuple(range(start, start + n)), i == 0, i == len(counts) - 1))
+            start += n
+        self.chunks = chunks
+
+    def chunk_of(self, pp_rank: int, local_chunk: int) -> Chunk:
+        return self.chunks[local_chunk * self.scenario.parallelism.pp + pp_rank]
+
+    def chunks_of_stage(self, pp_rank: int) -> list[Chunk]:
+        par = self.scenario.parallelism
+        return [self.chunk_of(pp_rank, c) for c in range(par.virtual_stages)]
+
+    def params_of_chunk(self, chunk: Chunk) -> float:
+        """Parameters one tensor-parallel rank holds for ``chunk`` (vocab-parallel embeddings)."""
+        m, t = self.scenario.model, self.scenario.parallelism.tp
+        norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
+        per_layer = (self.counts.per_layer - 2 * norm) / t + 2 * norm
+        total = per_layer * len(chunk.layers)
+        if chunk.embedding:
+            total += self.counts.embedding / t + self.counts.position
+        if chunk.logits:
+            total += self.counts.final_norm
+            if self.counts.output:
+                total += self.counts.output / t
+            elif not chunk.embedding:  # tied: the last stage keeps its own copy of the matrix
+                total += self.counts.embedding / t
+        return total
+
+    def params_of_stage(self, pp_rank: int) -> float:
+        return sum(self.params_of_chunk(c) for c in self.chunks_of_stage(pp_rank))
+
+
+@dataclass(frozen=True)
+class TimedStep:
+    step: Step
+    duration_s: float = 0.0
+    flops: float = 0.0
+
+
+class WorkloadBuilder:
+    """Builds the Program for one scenario (see the module docstring)."""
+
+    def __init__(self, scenario: Scenario, mesh: Mesh, profile: ComputeProfile, *, gpus_per_node: int,
+                 symmetric: bool) -> None:
+        self.sc = scenario
+        self.mesh = mesh
+        self.profile = profile
+        self.symmetric = symmetric
+        self.layout = ModelLayout(scenario)
+        self.gpus_per_node = gpus_per_node
+        self.block = block_ranks(mesh, gpus_per_node)
+        par, train = scenario.parallelism, scenario.training
+        self.shard = Shard(batch=train.micro_batch, seq=scenario.model.seq_len, tp=par.tp, cp=par.cp,
+                           sequence_parallel=par.sequence_parallel and par.tp > 1, flash=train.flash_attention,
+                           precision=train.precision)
+        self.pb = ProgramBuilder()
+        self._steps: dict[tuple[str, str], list[TimedStep]] = {}
+        self._instances: dict[tuple[int, str], tuple[tuple[int, ...], ...]] = {}
+        self.strategy = sharding.strategy_for(scenario, mesh, self.layout)
+
+    # -- layer programs (cached) -----------------------------------------------------------
+
+    def steps(self, kind: str, phase: str) -> list[TimedStep]:
+        key = (kind, phase)
+        found = self._steps.get(key)
+        if found is None:
+            found = self._steps[key] = self._timed(self._raw_steps(kind, phase))
+        return found
+
+    def _raw_steps(self, kind: str, phase: str) -> list[Step]:
+        model, par, train = self.sc.model, self.sc.parallelism, self.sc.training
+        if kind == "block":
+            return block_steps(model, self.shard, phase, tp_overlap=par.tp_overlap,
+                               selective=train.recompute == "selective" and phase == "bwd")
+        if kind == "embedding":
+            return embedding_steps(model, self.shard, phase)
+        return logits_steps(model, self.shard, phase)
+
+    def _timed(self, steps: list[Step]) -> list[TimedStep]:
+        out = []
+        precision = self.sc.training.precision
+        for step in steps:
+            if isinstance(step, ComputeStep):
+                duration = kernels_time_s(self.profile, list(step.kernels), precision)
+                out.append(TimedStep(step, duration, sum(k.flops for k in step.kernels)))
+            else:
+                out.append(TimedStep(step))
+        return out
+
+    # -- memory sizes ----------------------------------------------------------------------
+
+    @cached_property
+    def activation_per_layer(self) -> float:
+        m, par, train = self.sc.model, self.sc.parallelism, self.sc.training
+        return layer_activation_bytes(
+            seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads,
+            ffn_hidden=m.ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=self.shard.sequence_parallel,
+            recompute=train.recompute, flash_attention=train.flash_attention, dropout=m.dropout,
+            act_bytes=self.shard.elem,
+        )
+
+    @cached_property
+    def full_layer_activation(self) -> float:
+        """A layer's activations without recomputation: what a recomputed layer holds while
+        its backward runs."""
+        m, par, train = self.sc.model, self.sc.parallelism, self.sc.training
+        return layer_activation_bytes(
+            seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads,
+            ffn_hidden=m.ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=self.shard.sequence_parallel,
+            recompute="none", flash_attention=train.flash_attention, dropout=m.dropout, act_bytes=self.shard.elem,
+        )
+
+    @cached_property
+    def backward_workspace(self) -> float:
+        """Transient bytes of one layer's backward: the gradients of its largest activations
+        (the MLP intermediate and the layer input), plus the recomputed layer under ``full``."""
+        m, e = self.sc.model, self.shard.elem
+        ffn_width = (3 if m.mlp == "swiglu" else 2) * m.ffn / self.shard.tp
+        grads = self.shard.tokens * (ffn_width + 2 * m.hidden) * e
+        if self.sc.training.recompute == "full":
+            grads += self.full_layer_activation
+        return grads
+
+    # -- symmetry --------------------------------------------------------------------------
+
+    def simulated_ranks(self) -> tuple[int, ...]:
+        if self.symmetric:
+            return self.mesh.stage_representatives
+        return tuple(range(self.mesh.world))
+
+    def siblings(self, rank: int) -> list[int]:
+        """Ranks of ``rank``'s block that share its stage and so do identical work."""
+        if not self.symmetric:
+            return [rank]
+        m = self.mesh
+        stage = m.stage(rank)
+        replicas = max(1, self.block // m.slice_size)
+        first_dp = m.coords(rank)[3]
+        return [m.rank(t, c, stage, first_dp + d) for d in range(replicas) for c in range(m.cp) for t in range(m.tp)]
+
+    def instances(self, rank: int, axis: Axis) -> tuple[tuple[int, ...], ...]:
+        key = (rank, axis)
+        found = self._instances.get(key)
+        if found is None:
+            own = self.mesh.group(rank, axis)
+            groups = {own: None}
+            for sib in self.siblings(rank):
+                groups.setdefault(self.mesh.group(sib, axis), None)
+            found = self._instances[key] = tuple(groups)
+        return found
+
+    def comm(self, rank: int, op: str, axis: Axis, nbytes: float, *, algorithm: str | None = None,
+             count: int = 1) -> CommOp:
+        """A collective of ``rank``'s ``axis`` group, standing for its siblings' identical ones."""
+        return CommOp(op, self.mesh.group(rank, axis), nbytes, _stream_of_axis(axis), self.instances(rank, axis),
+                      algorithm, count)
+
+    # -- building --------------------------------------------------------------------------
+
+    def build(self) -> Program:
+        ranks = self.simulated_ranks()
+        for rank in ranks:
+            self._emit_rank(rank)
+        represents = {r: self.mesh.world // len(ranks) for r in ranks}
+        initial = {r: self._initial_memory(r) for r in ranks}
+        return self.pb.build(ranks, represents, initial)
+
+    def _initial_memory(self, rank: int) -> dict[str, float]:
+        stage = self.mesh.stage(rank)
+        params = self.layout.params_of_stage(stage)
+        per = model_state_bytes_per_param(self.sc.training.precision, self.sc.training.optimizer)
+        states = self.strategy.model_states(params, per)
+        return {
+            "params": states.params,
+            "grads": states.grads,
+            "optimizer": states.optimizer,
+            "buffers": self.strategy.static_buffers(params),
+            "other": CUDA_CONTEXT_BYTES,
+        }
+
+    def _emit_rank(self, rank: int) -> None:
+        par = self.sc.parallelism
+        stage = self.mesh.stage(rank)
+        m = self.sc.micro_batches
+        schedule = pipeline_schedule(par.pipeline_schedule, par.pp, stage, m, par.virtual_stages)
+        last_b = {}
+        for i, action in enumerate(schedule):
+            if action.kind == "B":
+                last_b[action.chunk] = i
+        ctx = _RankContext(rank=rank, stage=stage)
+        ctx.strategy_state = self.strategy.start_rank(self, rank)
+        for i, action in enumerate(schedule):
+            if action.kind == "F":
+                self._forward(ctx, action)
+            else:
+                self._backward(ctx, action, last=(last_b[action.chunk] == i))
+        self.strategy.finish_rank(self, ctx)
+
+    # forward / backward of one chunk for one micro-batch
+
+    def _forward(self, ctx: _RankContext, action: Action) -> None:
+        chunk = self.layout.chunk_of(ctx.stage, action.chunk)
+        mb = action.microbatch
+        deps: list[int] = []
+        if chunk.index > 0:
+            deps.append(self._p2p_recv(ctx, chunk.index - 1, chunk.index, mb, "act"))
+        if chunk.embedding:
+            deps = [self._emit_steps(ctx, "embedding", "fwd", mb, chunk, -1, deps,
+                                     mem_end=self._embedding_activation())]
+        for layer in chunk.layers:
+            deps = self.strategy.before_layer(self, ctx, layer, "fwd", mb, deps)
+            deps = [self._emit_steps(ctx, "block", "fwd", mb, chunk, layer, deps,
+                                     mem_end=self.activation_per_layer)]
+            self.strategy.after_layer(self, ctx, layer, "fwd", mb, deps[0], last=False)
+        if chunk.logits:
+            deps = [self._emit_steps(ctx, "logits", "fwd", mb, chunk, self.sc.model.layers, deps,
+                                     mem_end=self._logits_activation())]
+        else:
+            self._p2p_send(ctx, chunk.index, chunk.index + 1, mb, "act", deps)
+
+    def _backward(self, ctx: _RankContext, action: Action, *, last: bool) -> None:
+        chunk = self.layout.chunk_of(ctx.stage, action.chunk)
+        mb = action.microbatch
+        deps: list[int] = []
+        if not chunk.logits:
+            deps.append(self._p2p_recv(ctx, chunk.index + 1, chunk.index, mb, "grad"))
+        else:
+            deps = [self._emit_steps(ctx, "logits", "bwd", mb, chunk, self.sc.model.layers, deps,
+                                     mem_end=-self._logits_activation())]
+            self.strategy.after_unit(self, ctx, self.sc.model.layers + 1, mb, deps[0], last=last)
+        full = self.sc.training.recompute == "full"
+        for layer in reversed(chunk.layers):
+            deps = self.strategy.before_layer(self, ctx, layer, "bwd", mb, deps)
+            if full:
+                deps = [self._emit_steps(ctx, "block", "fwd", mb, chunk, layer, deps, recompute=True)]
+            workspace = self.backward_workspace
+            deps = [self._emit_steps(ctx, "block", "bwd", mb, chunk, layer, deps,
+                                     mem_start=workspace, mem_end=-(workspace + self.activation_per_layer))]
+            self.strategy.after_layer(self, ctx, layer, "bwd", mb, deps[0], last=last)
+            self.strategy.after_unit(self, ctx, layer + 1, mb, deps[0], last=last)
+        if chunk.embedding:
+            deps = [self._emit_steps(ctx, "embedding", "bwd", mb, chunk, -1, deps,
+                                     mem_end=-self._embedding_activation())]
+            self.strategy.after_unit(self, ctx, 0, mb, deps[0], last=last)
+        else:
+            self._p2p_send(ctx, chunk.index, chunk.index - 1, mb, "grad", deps)
+        ctx.last_compute = deps[0] if deps else ctx.last_compute
+
+    def _embedding_activation(self) -> float:
+        m, par = self.sc.model, self.sc.parallelism
+        return embedding_activation_bytes(seq=m.seq_len, batch=self.sc.training.micro_batch, hidden=m.hidden,
+                                          tp=par.tp, cp=par.cp, sequence_parallel=self.shard.sequence_parallel,
+                                          dropout=m.dropout, act_bytes=self.shard.elem)
+
+    def _logits_activation(self) -> float:
+        m, par = self.sc.model, self.sc.parallelism
+        return logits_activation_bytes(seq=m.seq_len, batch=self.sc.training.micro_batch, hidden=m.hidden,
+                                       vocab=m.vocab, tp=par.tp, cp=par.cp,
+                                       sequence_parallel=self.shard.sequence_parallel, act_bytes=self.shard.elem)
+
+    def _emit_steps(self, ctx: _RankContext, kind: str, phase: str, mb: int, chunk: Chunk, layer: int,
+                    deps: list[int], *, mem_start: float = 0.0, mem_end: float = 0.0,
+                    recompute: bool = False) -> int:
+        """Emit one layer's steps; returns the id of its last compute task."""
+        steps = self.steps(kind, phase)
+        rank = ctx.rank
+        label = f"{'recompute.' if recompute else ''}{kind}{'' if layer < 0 else layer}"
+        pending_overlap: int | None = None
+        last = -1
+        first_compute = True
+        n_compute = sum(1 for s in steps if isinstance(s.step, ComputeStep))
+        seen = 0
+        for timed in steps:
+            step = timed.step
+            if isinstance(step, CommStep):
+                comm = self.comm(rank, step.op, "tp", step.nbytes)
+                join = ("tp", comm.group, mb, chunk.index, layer, phase, recompute, step.name)
+                tid = self.pb.add(rank, "tp", step.name, "tp", comm=comm, join=join, deps=list(deps),
+                                  meta={"mb": mb, "layer": layer, "phase": phase})
+                if step.overlap:
+                    pending_overlap = tid
+                else:
+                    deps = [tid]
+                continue
+            seen += 1
+            mem: list[MemDelta] = []
+            if first_compute and mem_start:
+                mem.append(MemDelta(False, mem_start, "activations"))
+            if seen == n_compute and mem_end:
+                mem.append(MemDelta(True, mem_end, "activations"))
+            first_compute = False
+            tid = self.pb.add(rank, "compute", f"{label}.{step.name}", "compute", duration_s=timed.duration_s,
+                              deps=list(deps), mem=tuple(mem),
+                              meta={"mb": mb, "layer": layer, "phase": "recompute" if recompute else phase,
+                                    "flops": timed.flops, "chunk": chunk.index})
+            deps = [tid] + ([pending_overlap] if pending_overlap is not None else [])
+            pending_overlap = None
+            last = tid
+        ctx.last_compute = last
+        # a trailing overlapped collective must finish before the next layer
+        if pending_overlap is not None:
+            return self.pb.add(rank, "compute", f"{label}.join", "compute", deps=[last, pending_overlap])
+        return last
+
+    # pipeline point-to-point
+
+    def _peer(self, rank: int, to_chunk: int) -> int:
+        t, c, _, d = self.mesh.coords(rank)
+        return self.mesh.rank(t, c, to_chunk % self.sc.parallelism.pp, d)
+
+    def _p2p_bytes(self) -> float:
+        m = self.sc.model
+        return self.shard.norm_tokens * m.hidden * self.shard.elem
+
+    def _p2p(self, ctx: _RankContext, src_chunk: int, dst_chunk: int, mb: int, what: str, *, sending: bool,
+             deps: list[int]) -> int:
+        rank = ctx.rank
+        if sending:
+            src, dst = rank, self._peer(rank, dst_chunk)
+            pairs = tuple((x, self._peer(x, dst_chunk)) for x in self.siblings(rank))
+        else:
+            src, dst = self._peer(rank, src_chunk), rank
+            pairs = tuple((self._peer(x, src_chunk), x) for x in self.siblings(rank))
+        comm = CommOp("p2p", (src, dst), self._p2p_bytes(), "pp", pairs, "direct")
+        t, c, _, d = self.mesh.coords(src)
+        join: Hashable = ("pp", what, mb, src_chunk, dst_chunk, t, c, d)
+        kind = "send" if sending else "recv"
+        return self.pb.add(rank, f"pp.{kind}.{what}", f"{kind}.{what}", "pp", comm=comm, join=join, deps=deps,
+                           meta={"mb": mb, "src": src, "dst": dst, "src_chunk": src_chunk, "dst_chunk": dst_chunk})
+
+    def _p2p_send(self, ctx: _RankContext, src_chunk: int, dst_chunk: int, mb: int, what: str,
+                  deps: list[int]) -> int:
+        return self._p2p(ctx, src_chunk, dst_chunk, mb, what, sending=True, deps=deps)
+
+    def _p2p_recv(self, ctx: _RankContext, src_chunk: int, dst_chunk: int, mb: int, what: str) -> int:
+        posted = [ctx.last_compute] if ctx.last_compute >= 0 else []
+        return self._p2p(ctx, src_chunk, dst_chunk, mb, what, sending=False, deps=posted)
+
+    # optimizer
+
+    def optimizer_task(self, ctx: _RankContext, deps: list[int], n_params: float, *, name: str = "optimizer",
+                       mem: tuple[MemDelta, ...] = ()) -> int:
+        kernel = optimizer_kernel(n_params, self.sc.training.precision, self.sc.training.optimizer)
+        duration = kernels_time_s(self.profile, [kernel], self.sc.training.precision)
+        return self.pb.add(ctx.rank, "compute", name, "compute", duration_s=duration, deps=deps, mem=mem,
+                           meta={"phase": "optimizer", "params": n_params})
+
+
+@dataclass
+class _RankContext:
+    rank: int
+    stage: int
+    last_compute: int = -1
+    strategy_state: object = None
+
+
+def _stream_of_axis(axis: str) -> str:
+    return {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp", "dp_shard": "shard", "dp_replicate": "dp",
+            "tp_cp": "tp", "world": "dp"}.get(axis, axis)
+
