@@ -10,10 +10,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from simulator.errors import InfeasibleError, ScenarioError  # noqa: E402
-from simulator.results.result import Result  # noqa: E402
-from simulator.run import simulate, simulate_collective  # noqa: E402
-from simulator.scenario import Scenario, load_scenario  # noqa: E402
+from simulator.errors import InfeasibleError, ScenarioError
+from simulator.results.result import Result
+from simulator.run import simulate, simulate_collective
+from simulator.scenario import Scenario, load_scenario
 
 __all__ = [
     "__version__",

@@ -41,7 +41,7 @@ def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
     run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series)
     facts = _facts(scenario, builder, program, run, profile.name, profile.calibrated, cluster.gpu)
     result = compute_result(_rows(program, run), facts, _link_stats(classes, run))
-    result._series = run.network.series if record_series else None
+    result._series = _link_series(classes, run) if record_series else None
     return result
 
 
@@ -63,8 +63,21 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
                 "protocol": resolved.protocol if resolved else None,
                 "alone_s": resolved.alone_s if resolved else None,
             }
-        rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.meta, mem, comm))
+        join = None if task.join is None else repr(task.join)
+        rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.meta, mem, comm, join))
     return rows
+
+
+def _link_series(classes: LinkClasses, run: EngineRun) -> dict[str, Any]:
+    """Load of every link class over time (bytes/s on one link of the class), for plots and traces."""
+    cluster = classes.cluster
+    return {
+        "samples": run.network.series,  # [(time_s, class indices, load bytes/s)]
+        "labels": [classes.label(i) for i in range(len(classes))],
+        "kinds": [cluster.links[m[0]].kind for m in classes.members],
+        "tiers": [cluster.links[m[0]].tier for m in classes.members],
+        "capacity": classes.capacity.tolist(),
+    }
 
 
 def _link_stats(classes: LinkClasses, run: EngineRun) -> list[LinkStat]:

@@ -59,16 +59,15 @@ def _add_host(cluster: ClusterGraph, node: int) -> None:
     for i in range(gpus):
         k = _pcie_attach(i, spec.gpus, len(attach_points))
         point = attach_points[k]
-        socket = cluster.vertices[point].socket
+        socket = cluster.vertices[point].socket or 0
         cluster.add_vertex(Vertex(f"{n}.gpu{i}", "gpu", node, f"gpu{i}", socket=socket, switch=k))
         cluster.add_link(f"{n}.gpu{i}", point, kind="pcie", bandwidth_bytes_per_s=pcie_bw, efficiency=pcie_eff,
                          latency_s=pcie_lat, tier="pcie")
     nics = spec.nics
-    bw, eff, lat = _nic_params(cluster)
     for j in range(nics.count):
         k = _pcie_attach(j, nics.count, len(attach_points))
         point = attach_points[k]
-        socket = cluster.vertices[point].socket
+        socket = cluster.vertices[point].socket or 0
         cluster.add_vertex(Vertex(f"{n}.nic{j}", "nic", node, f"nic{j}", socket=socket, switch=k))
         cluster.add_link(f"{n}.nic{j}", point, kind="pcie", bandwidth_bytes_per_s=pcie_bw, efficiency=pcie_eff,
                          latency_s=pcie_lat, tier="pcie-nic")

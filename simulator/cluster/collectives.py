@@ -31,6 +31,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import pairwise
 
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.routing import Router
@@ -263,7 +264,7 @@ class CollectivePlanner:
             phases = [self._phase(flows, steps=1, inter_steps=1 if k > 1 else 0, ppn=ppn, nodes=k)]
         elif algorithm == "chain":
             order = self._rings(gpus)[0][0]
-            flows = [Flow(a, b, 1.0) for a, b in zip(order, order[1:], strict=False)]
+            flows = [Flow(a, b, 1.0) for a, b in pairwise(order)]
             phases = [self._phase(flows, steps=n - 1, inter_steps=k - 1, ppn=ppn, nodes=k)]
         else:
             raise ValueError(f"unknown collective algorithm {algorithm!r}")
@@ -303,7 +304,7 @@ class CollectivePlanner:
                 r = c % len(members)
                 chain = members[r:] + members[:r]
                 heads[i] = chain[0]
-                for a, b in zip(chain, chain[1:], strict=False):
+                for a, b in pairwise(chain):
                     flows += [Flow(b, a, share), Flow(a, b, share)]
             for child, parent in trees[c % 2]:
                 flows += [Flow(heads[child], heads[parent], share), Flow(heads[parent], heads[child], share)]

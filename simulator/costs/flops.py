@@ -131,7 +131,7 @@ def megatron_flops_per_iteration(
 ) -> float:
     """Narayanan et al. SC'21 Eq. 3: 96*B*s*l*h^2*(1 + s/6h + V/16lh) with full recompute,
     72*B*s*l*h^2*(1 + s/6h + V/12lh) without (the convention of SC'21 and DeepSpeed-era TFLOP/s)."""
-    b, s, l, h, v = float(batch), float(seq_len), float(layers), float(hidden), float(vocab)
+    b, s, n, h, v = float(batch), float(seq_len), float(layers), float(hidden), float(vocab)
     if recompute:
-        return 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
-    return 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h))
+        return 96.0 * b * s * n * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * n * h))
+    return 72.0 * b * s * n * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * n * h))

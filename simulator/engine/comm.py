@@ -26,14 +26,17 @@ class LinkClasses:
     """Links grouped into classes that carry identical load under symmetry.
 
     ``block_nodes`` None: one class per link. Otherwise links inside (or cabled to) node n
-    are keyed by (n mod block_nodes, slot), and switch-to-switch links by their tier (and
-    rail): every block of nodes is a translate of the simulated block, and a tier of switch
-    links shares the load of all blocks evenly (mean field).
+    are keyed by (n mod block_nodes, slot): the same link in every block of nodes, where
+    every block is a translate of the simulated one; ``block_of`` says which block a link
+    is in, so the load of each copy can be tracked and the busiest copy bounds the rate.
+    Switch-to-switch links are keyed by their tier (and rail) and share the load of all
+    blocks evenly (mean field).
     """
 
     def __init__(self, cluster: ClusterGraph, block_nodes: int | None) -> None:
         keys: dict[object, int] = {}
         class_of = np.empty(len(cluster.links), dtype=np.int64)
+        block_of = np.full(len(cluster.links), -1, dtype=np.int64)
         members: list[list[int]] = []
         for link in cluster.links:
             key: object
@@ -41,6 +44,7 @@ class LinkClasses:
                 key = link.id
             elif link.node is not None:
                 key = ("n", link.node % block_nodes, link.slot)
+                block_of[link.id] = link.node // block_nodes
             else:
                 key = ("t", link.tier, link.rail, link.bandwidth_bytes_per_s)
             index = keys.get(key)
@@ -50,6 +54,8 @@ class LinkClasses:
             members[index].append(link.id)
             class_of[link.id] = index
         self.class_of = class_of
+        self.block_of = block_of
+        self.blocks = cluster.n_nodes // block_nodes if block_nodes else 1
         self.members = members
         self.size = np.array([len(m) for m in members], dtype=float)
         self.capacity = np.array([cluster.links[m[0]].capacity_bytes_per_s for m in members])
@@ -163,23 +169,48 @@ class CommResolver:
     def _unit_phases(
         self, op: str, algorithm: str, instances: tuple[tuple[int, ...], ...]
     ) -> list[tuple[np.ndarray, np.ndarray, float]]:
-        """Per phase: classes, flows per class (per unit of D), heaviest flow's bytes per byte."""
+        """Per phase: classes, flows per class (per unit of D), heaviest flow's bytes per byte.
+
+        Each instance stands for its ``m`` distinct translates across the blocks of nodes.
+        A node-link class tracks the load of each of its copies (one per block): the
+        instance's own loads, summed over its translates (a shift of B/m blocks each), and
+        the busiest copy is the class's load. Tier classes take the mean over their links.
+        """
         key = (op, algorithm, instances)
         found = self._units.get(key)
         if found is not None:
             return found
         plans: list[CollectivePlan] = [self.planner.plan(op, algorithm, g) for g in instances]
+        classes = self.classes
+        blocks = classes.blocks
         result = []
         for index in range(len(plans[0].phases)):
-            weights = np.zeros(len(self.classes))
+            per_copy: dict[int, np.ndarray] = {}
+            tier = np.zeros(len(classes))
             b_unit = max(f.weight for f in plans[0].phases[index].flows)
             for plan in plans:
                 phase = plan.phases[index]
                 m = self.multiplicity(plan.gpus)
-                ids = np.fromiter((i for i, _ in phase.link_weights), dtype=np.int64, count=len(phase.link_weights))
-                w = np.fromiter((w for _, w in phase.link_weights), dtype=float, count=len(phase.link_weights))
-                np.add.at(weights, self.classes.class_of[ids], w * m)
-            weights /= self.classes.size
+                own: dict[int, np.ndarray] = {}
+                for link_id, w in phase.link_weights:
+                    c = int(classes.class_of[link_id])
+                    block = int(classes.block_of[link_id])
+                    if block < 0:
+                        tier[c] += w * m / classes.size[c]
+                        continue
+                    vec = own.get(c)
+                    if vec is None:
+                        vec = own[c] = np.zeros(blocks)
+                    vec[block] += w
+                stride = blocks // m
+                for c, vec in own.items():
+                    folded = vec.reshape(m, stride).sum(axis=0) if m > 1 else vec
+                    total = np.tile(folded, m) if m > 1 else folded
+                    acc = per_copy.get(c)
+                    per_copy[c] = total if acc is None else acc + total
+            weights = tier
+            for c, vec in per_copy.items():
+                weights[c] += float(vec.max())
             nz = np.nonzero(weights > 0)[0]
             result.append((nz, weights[nz] / b_unit, b_unit))
         self._units[key] = result

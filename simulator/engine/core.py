@@ -14,7 +14,6 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
-import simpy
 
 from simulator.engine.comm import CommResolver, Resolved
 from simulator.engine.network import Network

@@ -148,7 +148,7 @@ class Network:
             event._ok = True
             event._value = None
             event.callbacks.append(self._recompute)
-            self.env.schedule(event, priority=END_OF_INSTANT)
+            self.env.schedule(event, priority=END_OF_INSTANT)  # type: ignore[arg-type]
 
     def _component(self, seeds: set[int]) -> list[int]:
         """Active entities connected to ``seeds`` through shared link classes."""
@@ -258,6 +258,8 @@ class Network:
                 del self._by_class[c]
         for other in neighbours:
             self._mark_dirty(other)
+        if self.record_series and not neighbours:
+            self._snapshot()
         entity.on_done()
 
     def _snapshot(self) -> None:

@@ -24,6 +24,7 @@ class Row:
     meta: dict[str, Any] | None = None
     mem: tuple[tuple[float, float, str], ...] = ()  # (time_s, delta_bytes, category)
     comm: dict[str, Any] | None = None  # op, bytes, group size, algorithm, protocol
+    join: str | None = None  # tasks of one collective / p2p transfer share it (send -> recv arrows)
 
     @property
     def duration_s(self) -> float:

@@ -424,7 +424,7 @@ class Scenario(Frozen):
                     f"to be a multiple of pp={par.pp}",
                     field="parallelism.pipeline_schedule",
                 )
-        self.stage_layer_counts  # raises when the layers cannot be split
+        _ = self.stage_layer_counts  # raises when the layers cannot be split
 
     def _check_sharding(self) -> None:
         par, dp = self.parallelism, self.dp

@@ -7,6 +7,7 @@ name ``file:line: field: message``.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -79,16 +80,12 @@ def line_of(root: Any, loc: Sequence[Any]) -> int | None:
     line: int | None = None
     for key in loc:
         if isinstance(node, CommentedMap) and key in node:
-            try:
+            with contextlib.suppress(KeyError, TypeError, AttributeError):
                 line = node.lc.key(key)[0] + 1
-            except (KeyError, TypeError, AttributeError):
-                pass
             node = node[key]
         elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
-            try:
+            with contextlib.suppress(KeyError, TypeError, AttributeError):
                 line = node.lc.item(key)[0] + 1
-            except (KeyError, TypeError, AttributeError):
-                pass
             node = node[key]
         else:
             break

@@ -18,6 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from simulator.cluster.mesh import Axis, Mesh
 from simulator.costs.compute import ComputeProfile
 from simulator.costs.flops import ParamCounts, param_counts
 from simulator.costs.memory import (
@@ -26,7 +27,6 @@ from simulator.costs.memory import (
     logits_activation_bytes,
     model_state_bytes_per_param,
 )
-from simulator.cluster.mesh import Axis, Mesh
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
 from simulator.workload import sharding

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from simulator.costs.memory import ModelStateBytes, bytes_per_element, sharded_model_state_bytes
 from simulator.cluster.mesh import Mesh
+from simulator.costs.memory import ModelStateBytes, bytes_per_element, sharded_model_state_bytes
 from simulator.scenario.spec import Scenario
 from simulator.workload.data_parallel import Bucket, Param, assign_buckets
 

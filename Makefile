@@ -1,0 +1,41 @@
+# dtsim: `make run` simulates the quick-start scenario, `make test` runs the whole suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+OUT ?= out
+
+.PHONY: run test lint typecheck unit bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.run-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	@touch $@
+
+# torch is pinned to the CPU wheel and installed before the extras, so pip never pulls CUDA
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[calibrate,dist,notebooks,dev]'
+	@touch $@ $(VENV)/.run-installed
+
+run: $(VENV)/.run-installed
+	@mkdir -p $(OUT)
+	$(BIN)/dtsim run scenarios/quickstart.yaml
+
+test: $(VENV)/.test-installed lint typecheck unit
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check simulator tests bench
+
+typecheck: $(VENV)/.test-installed
+	$(BIN)/mypy
+
+unit: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.run-installed
+	$(BIN)/python bench/bench_engine.py
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache
