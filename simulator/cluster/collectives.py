@@ -176,11 +176,17 @@ class CollectivePlanner:
         elif ppn is None:
             rings = [(tuple(sorted(gpus)), 1.0)]
         else:
+            # the intra-node segment follows NVLink where the node is a mesh (NCCL's rings do)
+            g = self.cluster.gpus_per_node
+            first = next(iter(nodes.values()))
+            cycles = self._nvlink_cycles(first) if self.cluster.node_type.intra_node.kind == "nvlink-mesh" else []
+            local = [x % g for x in (cycles[0] if cycles else first)]
             rings = []
             for c in range(ppn):
                 order: list[int] = []
-                for members in nodes.values():
-                    order += members[c:] + members[:c]
+                for node in nodes:
+                    rotated = local[c:] + local[:c]
+                    order += [node * g + i for i in rotated]
                 rings.append((tuple(order), 1.0 / ppn))
         self._ring_cache[gpus] = rings
         return rings
@@ -343,7 +349,11 @@ class CollectivePlanner:
 
         def intra(kind: str) -> PhasePlan:
             per_edge, steps = self._ring_factor(kind, ppn) if ppn > 1 else (0.0, 0)
-            flows = [Flow(a, b, per_edge) for m in members for a, b in zip(m, m[1:] + m[:1], strict=True)] if ppn > 1 else []
+            flows = []
+            if ppn > 1:
+                for m in members:
+                    for order, share in self._rings(tuple(m)):
+                        flows += [Flow(a, b, per_edge * share) for a, b in zip(order, order[1:] + order[:1], strict=True)]
             return self._phase(flows, steps=steps, inter_steps=0, ppn=ppn, nodes=1)
 
         def inter(kind: str) -> PhasePlan:

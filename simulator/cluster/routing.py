@@ -130,8 +130,9 @@ class Router:
         if policy == "ecmp":
             key = f"{src_nic}>{dst_nic}#{flow}@{self.seed}".encode()
             spine = spines[zlib.crc32(key) % len(spines)]
-        else:  # single: D-mod-k on the destination node
-            spine = spines[dst_node % len(spines)]
+        else:  # single: D-mod-k on the destination port (the destination NIC's global index)
+            port = dst_node * c.node_type.nics.count + int(dst_nic.rsplit("nic", 1)[1])
+            spine = spines[port % len(spines)]
         return [([up, c._pair[(leaf_a, spine)], c._pair[(spine, leaf_b)], down], 1.0)]
 
     # -- the route -----------------------------------------------------------------------

@@ -223,7 +223,7 @@ class Network:
             hit = np.zeros(len(entities), dtype=bool)
             if saturated.any():
                 hit[np.unique(rows[active & saturated[col]])] = True
-            hit |= (~frozen) & (caps - level <= _TOL * np.maximum(caps, 1.0))
+            hit |= (~frozen) & np.isfinite(caps) & (caps - level <= _TOL * np.maximum(caps, 1.0))
             if not hit.any():  # numerical corner: freeze the tightest link's entities
                 tight = np.argmin(np.where(slope > 0, remaining / slope, np.inf))
                 hit[np.unique(rows[active & (col == tight)])] = True

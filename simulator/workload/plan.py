@@ -30,6 +30,7 @@ from simulator.costs.memory import (
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
 from simulator.workload import sharding
+from simulator.workload.data_parallel import Param
 from simulator.workload.model import Shard, kernels_time_s, optimizer_kernel
 from simulator.workload.schedules import Action, pipeline_schedule
 from simulator.workload.tasks import CommOp, MemDelta, Program, ProgramBuilder
@@ -85,21 +86,44 @@ class ModelLayout:
         par = self.scenario.parallelism
         return [self.chunk_of(pp_rank, c) for c in range(par.virtual_stages)]
 
-    def params_of_chunk(self, chunk: Chunk) -> float:
-        """Parameters one tensor-parallel rank holds for ``chunk`` (vocab-parallel embeddings)."""
+    def chunk_params(self, chunk: Chunk) -> list[Param]:
+        """Parameters one tensor-parallel rank holds for ``chunk``, in definition order.
+
+        Units: 0 = embedding, ``layer + 1`` = transformer block, ``layers + 1`` = final norm
+        and output projection. Column-parallel weights and biases (qkv, fc1) and row-parallel
+        weights (proj, fc2) are split by tp; row-parallel biases and norms are replicated;
+        embeddings are vocab-parallel. With tied embeddings the last pipeline stage keeps its
+        own copy of the matrix for the output projection (Megatron).
+        """
         m, t = self.scenario.model, self.scenario.parallelism.tp
-        norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
-        per_layer = (self.counts.per_layer - 2 * norm) / t + 2 * norm
-        total = per_layer * len(chunk.layers)
+        d = m.head_dim
+        norm = (2 if m.norm == "layernorm" else 1) * m.hidden
+        n_up = 2 if m.mlp == "swiglu" else 1
+        qkv_width = (m.heads + 2 * m.n_kv_heads) * d
+        bias = 1 if m.bias else 0
+        params: list[Param] = []
         if chunk.embedding:
-            total += self.counts.embedding / t + self.counts.position
+            params.append(Param("embedding", self.counts.embedding // t + self.counts.position, 0))
+        for layer in chunk.layers:
+            u = layer + 1
+            params += [
+                Param(f"l{layer}.ln1", norm, u),
+                Param(f"l{layer}.qkv", (m.hidden * qkv_width + bias * qkv_width) // t, u),
+                Param(f"l{layer}.proj", m.hidden * m.hidden // t + bias * m.hidden, u),
+                Param(f"l{layer}.ln2", norm, u),
+                Param(f"l{layer}.fc1", (n_up * m.hidden * m.ffn + bias * n_up * m.ffn) // t, u),
+                Param(f"l{layer}.fc2", m.hidden * m.ffn // t + bias * m.hidden, u),
+            ]
         if chunk.logits:
-            total += self.counts.final_norm
-            if self.counts.output:
-                total += self.counts.output / t
-            elif not chunk.embedding:  # tied: the last stage keeps its own copy of the matrix
-                total += self.counts.embedding / t
-        return total
+            output = self.counts.output or (0 if chunk.embedding else self.counts.embedding)
+            params.append(Param("final_norm+output", self.counts.final_norm + output // t, m.layers + 1))
+        return params
+
+    def params_of_chunk(self, chunk: Chunk) -> float:
+        return float(sum(p.numel for p in self.chunk_params(chunk)))
+
+    def stage_params(self, pp_rank: int) -> list[Param]:
+        return [p for chunk in self.chunks_of_stage(pp_rank) for p in self.chunk_params(chunk)]
 
     def params_of_stage(self, pp_rank: int) -> float:
         return sum(self.params_of_chunk(c) for c in self.chunks_of_stage(pp_rank))

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 from simulator.cluster.mesh import Mesh
 from simulator.costs.memory import ModelStateBytes, bytes_per_element, sharded_model_state_bytes
 from simulator.scenario.spec import Scenario
-from simulator.workload.data_parallel import Bucket, Param, assign_buckets
+from simulator.workload.data_parallel import Bucket, assign_buckets
 
 if TYPE_CHECKING:
     from simulator.workload.plan import ModelLayout, WorkloadBuilder, _RankContext
 
-__all__ = ["Strategy", "DDP", "strategy_for", "STRATEGIES", "grad_reduce_bytes", "unit_params"]
+__all__ = ["Strategy", "DDP", "strategy_for", "STRATEGIES", "grad_reduce_bytes"]
 
 
 def grad_reduce_bytes(scenario: Scenario) -> int:
@@ -34,37 +34,6 @@ def grad_reduce_bytes(scenario: Scenario) -> int:
         precision = scenario.training.precision
         return 4 if precision in ("fp32", "tf32") else 2
     return bytes_per_element(dtype)
-
-
-def unit_params(layout: ModelLayout, stage: int) -> list[Param]:
-    """The stage's parameters in definition order, per tensor-parallel rank.
-
-    Units: 0 = embedding, ``layer + 1`` = transformer block, ``layers + 1`` = final norm and
-    output projection. A block's parameters are listed as its weight matrices and norms.
-    """
-    sc = layout.scenario
-    m, t = sc.model, sc.parallelism.tp
-    d = m.head_dim
-    norm = (2 if m.norm == "layernorm" else 1) * m.hidden
-    n_up = 2 if m.mlp == "swiglu" else 1
-    params: list[Param] = []
-    for chunk in layout.chunks_of_stage(stage):
-        if chunk.embedding:
-            params.append(Param("embedding", int(layout.counts.embedding / t + layout.counts.position), 0))
-        for layer in chunk.layers:
-            u = layer + 1
-            params += [
-                Param(f"l{layer}.ln1", norm, u),
-                Param(f"l{layer}.qkv", int(m.hidden * (m.heads + 2 * m.n_kv_heads) * d / t), u),
-                Param(f"l{layer}.proj", int(m.hidden * m.hidden / t), u),
-                Param(f"l{layer}.ln2", norm, u),
-                Param(f"l{layer}.fc1", int(n_up * m.hidden * m.ffn / t), u),
-                Param(f"l{layer}.fc2", int(m.hidden * m.ffn / t), u),
-            ]
-        if chunk.logits:
-            output = layout.counts.output or (0 if chunk.embedding else layout.counts.embedding)
-            params.append(Param("final_norm+output", int(norm + output / t), m.layers + 1))
-    return params
 
 
 @dataclass
@@ -120,7 +89,7 @@ class DDP(Strategy):
 
     def start_rank(self, builder: WorkloadBuilder, rank: int) -> object:
         ddp = self.scenario.parallelism.ddp
-        params = unit_params(self.layout, self.mesh.stage(rank))
+        params = self.layout.stage_params(self.mesh.stage(rank))
         buckets = assign_buckets(params, grad_reduce_bytes(self.scenario), ddp.bucket_size_bytes,
                                  ddp.first_bucket_size_bytes)
         return _DdpState(buckets)
