@@ -64,7 +64,7 @@ def test_missing_file(cli, tmp_path):
 
 
 def test_missing_required_field(cli, tmp_path):
-    result, path = _run(cli, tmp_path, GOOD.replace("  global_batch: 128\n", ""))
+    result, _path = _run(cli, tmp_path, GOOD.replace("  global_batch: 128\n", ""))
     assert result.exit_code == 2 and "training.global_batch" in result.output and "required" in result.output
 
 

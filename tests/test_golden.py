@@ -43,7 +43,7 @@ def test_golden(path):
     want = json.loads(file.read_text())
     assert set(got) == set(want)
     for key, value in want.items():
-        if isinstance(value, dict) or isinstance(value, float):
+        if isinstance(value, (dict, float)):
             assert got[key] == pytest.approx(value, rel=1e-9), key
         else:
             assert got[key] == value, key
