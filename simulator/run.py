@@ -11,6 +11,7 @@ from typing import Any
 from simulator import __version__
 from simulator.cluster import Mesh, Router, build_cluster
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
+from simulator.costs.collectives import choose_algorithm
 from simulator.costs.flops import model_flops_per_token, recompute_flops_per_token
 from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
@@ -32,12 +33,22 @@ def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
     mesh = Mesh(par.tp, par.cp, par.pp, scenario.dp, par.shard_group_size)
     profile = compute_profile(cluster.gpu, scenario.cluster.calibration)
     symmetric = scenario.sim.symmetry == "auto"
-    builder = WorkloadBuilder(scenario, mesh, profile, gpus_per_node=cluster.gpus_per_node, symmetric=symmetric)
+    planner = CollectivePlanner(cluster, Router(cluster, seed=scenario.sim.seed))
+    model = nccl_model()
+
+    def comm_time(op: str, group: tuple[int, ...], nbytes: float) -> float:
+        """A collective alone on its links: what a private (unshared) collective costs."""
+        if len(group) <= 1 or nbytes <= 0:
+            return 0.0
+        shapes = [planner.plan(op, a, group).shape(cluster) for a in planner.candidates(op, group)]
+        return choose_algorithm(model, shapes, nbytes).time_s
+
+    builder = WorkloadBuilder(scenario, mesh, profile, gpus_per_node=cluster.gpus_per_node, symmetric=symmetric,
+                              comm_time=comm_time, node_kind=cluster.node_type.intra_node.kind)
     program = builder.build()
     block = block_ranks(mesh, cluster.gpus_per_node) if symmetric else None
     classes = LinkClasses(cluster, None if block is None else block // cluster.gpus_per_node)
-    planner = CollectivePlanner(cluster, Router(cluster, seed=scenario.sim.seed))
-    resolver = CommResolver(cluster, planner, classes, nccl_model(), block_ranks=block)
+    resolver = CommResolver(cluster, planner, classes, model, block_ranks=block)
     run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series)
     facts = _facts(scenario, builder, program, run, profile.name, profile.calibrated, cluster.gpu)
     result = compute_result(_rows(program, run), facts, _link_stats(classes, run))
@@ -49,7 +60,7 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
     rows = []
     for task in program.tasks:
         start, end = float(run.start_s[task.id]), float(run.end_s[task.id])
-        mem = tuple((end if d.at_end else start, d.nbytes, d.category) for d in task.mem)
+        mem = tuple((end if d.at_end else start + d.offset_s, d.nbytes, d.category) for d in task.mem)
         comm = None
         if task.comm is not None:
             resolved = run.resolved.get(task.id)

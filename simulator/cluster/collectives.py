@@ -33,6 +33,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import pairwise
 
+import numpy as np
+
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.routing import Router
 from simulator.costs.collectives import CollectiveShape, NcclModel, PhaseShape
@@ -40,7 +42,7 @@ from simulator.scenario.hardware import nccl_constants
 
 __all__ = ["Flow", "PhasePlan", "CollectivePlan", "CollectivePlanner", "nccl_model", "OPS", "ALGORITHMS"]
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p", "d2h", "h2d")
 ALGORITHMS = ("ring", "tree", "nvls", "hierarchical", "direct", "chain")
 
 
@@ -83,6 +85,16 @@ class PhasePlan:
     def seconds_per_byte(self, cluster: ClusterGraph) -> float:
         links = cluster.links
         return max((w / links[i].capacity_bytes_per_s for i, w in self.link_weights), default=0.0)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Link ids and weights as arrays."""
+        return self._arrays
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.fromiter((i for i, _ in self.link_weights), dtype=np.int64, count=len(self.link_weights))
+        w = np.fromiter((x for _, x in self.link_weights), dtype=float, count=len(self.link_weights))
+        return ids, w
 
 
 @dataclass(frozen=True)
@@ -128,7 +140,7 @@ class CollectivePlanner:
 
     def candidates(self, op: str, gpus: tuple[int, ...]) -> list[str]:
         """Algorithms NCCL could pick for this op and placement (the tuner chooses among them)."""
-        if op == "p2p" or op == "all_to_all":
+        if op in ("p2p", "all_to_all", "d2h", "h2d"):
             return ["direct"]
         if op == "broadcast":
             return ["chain"]
@@ -249,7 +261,10 @@ class CollectivePlanner:
         n, k = len(gpus), len(nodes)
         ppn = self._uniform(nodes) or max(len(m) for m in nodes.values())
         phases: list[PhasePlan]
-        if n == 1:
+        if op in ("d2h", "h2d"):
+            route = self.router.route_to_host(gpus[0]) if op == "d2h" else self.router.route_from_host(gpus[0])
+            phases = [PhasePlan((Flow(gpus[0], gpus[0], 1.0),), 1, 0, route.links, "pcie", 0.0, 1, 1)]
+        elif n == 1:
             phases = []
         elif algorithm == "ring":
             phases = [self._ring_phase(op, gpus, nodes)]

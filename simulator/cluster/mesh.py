@@ -10,7 +10,10 @@ are consecutive nodes and each data-parallel replica is a contiguous block of ra
 so a TP group is ``tp`` consecutive ranks (one node when tp <= GPUs per node). Sharded
 data parallelism splits the dp axis: MiCS / HSDP partition (shard) groups are
 ``shard_group_size`` consecutive dp indices, replication groups take the same index across
-partition groups (DeepSpeed ``_generate_mics_config``).
+partition groups (DeepSpeed ``_generate_mics_config``). Context-parallel ranks hold the same
+parameters, so gradients are reduced over dp x cp (Megatron's ``dp_cp`` group) and shard
+groups include the cp ranks (as torchtitan's ``dp_shard_cp`` mesh). The ``embedding`` group
+joins the first and last pipeline stage, which both hold the tied embedding matrix.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Literal
 
 __all__ = ["Mesh", "Axis"]
 
-Axis = Literal["tp", "cp", "pp", "dp", "dp_shard", "dp_replicate", "tp_cp", "world"]
+Axis = Literal["tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_replicate", "tp_cp", "embedding", "world"]
 
 
 @dataclass(frozen=True)
@@ -67,13 +70,19 @@ class Mesh:
             return tuple(self.rank(t, c, i, d) for i in range(self.pp))
         if axis == "dp":
             return tuple(self.rank(t, c, p, i) for i in range(self.dp))
+        if axis == "dp_cp":
+            return tuple(self.rank(t, j, p, i) for i in range(self.dp) for j in range(self.cp))
         if axis == "dp_shard":
+            # a partition (shard) group: shard_group_size consecutive dp indices, and every cp rank
             size = self.shard_group_size or self.dp
             start = d - d % size
-            return tuple(self.rank(t, c, p, i) for i in range(start, start + size))
+            return tuple(self.rank(t, j, p, i) for i in range(start, start + size) for j in range(self.cp))
         if axis == "dp_replicate":
             size = self.shard_group_size or self.dp
             return tuple(self.rank(t, c, p, i) for i in range(d % size, self.dp, size))
+        if axis == "embedding":
+            first, last = self.rank(t, c, 0, d), self.rank(t, c, self.pp - 1, d)
+            return (first,) if first == last else (first, last)
         if axis == "world":
             return tuple(range(self.world))
         raise ValueError(f"unknown axis {axis!r}")

@@ -44,6 +44,9 @@ class Router:
         self._gpu_nics = {i: self._nics_for_gpu(i) for i in range(cluster.gpus_per_node)}
         self._routes: dict[tuple[int, int], Route] = {}
         self._intra_cache: dict[tuple[str, str], tuple[tuple[int, ...], HopClass, float]] = {}
+        self._nic_cache: dict[tuple[int, int], tuple[int, int, str]] = {}
+        self._spine_cache: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        self._pair_cache: dict[tuple[int, int], list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]] = {}
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -114,26 +117,44 @@ class Router:
         base = self._node_base[node]
         return [base[s] for s in slots]
 
-    def _fabric_paths(self, src_nic: str, dst_nic: str, dst_node: int, flow: int) -> list[tuple[list[int], float]]:
-        """Fabric links between two NICs as (link ids, fraction) alternatives."""
-        c = self.cluster
-        up = c._pair[(src_nic, c.nic_leaf[src_nic])]
-        leaf_a, leaf_b = c.nic_leaf[src_nic], c.nic_leaf[dst_nic]
-        down = c._pair[(leaf_b, dst_nic)]
+    def _nic(self, node: int, nic: int) -> tuple[int, int, str]:
+        """(uplink id, downlink id, leaf) of a NIC, cached."""
+        key = (node, nic)
+        found = self._nic_cache.get(key)
+        if found is None:
+            c = self.cluster
+            name = f"n{node}.nic{nic}"
+            leaf = c.nic_leaf[name]
+            found = self._nic_cache[key] = (c._pair[(name, leaf)], c._pair[(leaf, name)], leaf)
+        return found
+
+    def _spines(self, leaf_a: str, leaf_b: str) -> list[tuple[int, int]]:
+        """(leaf_a -> spine, spine -> leaf_b) link ids for every spine, cached per leaf pair."""
+        key = (leaf_a, leaf_b)
+        found = self._spine_cache.get(key)
+        if found is None:
+            c = self.cluster
+            found = self._spine_cache[key] = [(c._pair[(leaf_a, sp)], c._pair[(sp, leaf_b)])
+                                              for sp in c.leaf_spines[leaf_a]]
+        return found
+
+    def _fabric_paths(self, src: tuple[int, int], dst: tuple[int, int], flow: int) -> list[tuple[list[int], float]]:
+        """Fabric links between two NICs ((node, nic) each) as (link ids, fraction) alternatives."""
+        up, _, leaf_a = self._nic(*src)
+        _, down, leaf_b = self._nic(*dst)
         if leaf_a == leaf_b:
             return [([up, down], 1.0)]
-        spines = c.leaf_spines[leaf_a]
-        policy = c.transport.multipath
+        spines = self._spines(leaf_a, leaf_b)
+        policy = self.cluster.transport.multipath
         if policy == "spray":
             share = 1.0 / len(spines)
-            return [([up, c._pair[(leaf_a, s)], c._pair[(s, leaf_b)], down], share) for s in spines]
+            return [([up, a, b, down], share) for a, b in spines]
         if policy == "ecmp":
-            key = f"{src_nic}>{dst_nic}#{flow}@{self.seed}".encode()
-            spine = spines[zlib.crc32(key) % len(spines)]
+            key = f"{src[0]}.{src[1]}>{dst[0]}.{dst[1]}#{flow}@{self.seed}".encode()
+            a, b = spines[zlib.crc32(key) % len(spines)]
         else:  # single: D-mod-k on the destination port (the destination NIC's global index)
-            port = dst_node * c.node_type.nics.count + int(dst_nic.rsplit("nic", 1)[1])
-            spine = spines[port % len(spines)]
-        return [([up, c._pair[(leaf_a, spine)], c._pair[(spine, leaf_b)], down], 1.0)]
+            a, b = spines[(dst[0] * self.cluster.node_type.nics.count + dst[1]) % len(spines)]
+        return [([up, a, b, down], 1.0)]
 
     # -- the route -----------------------------------------------------------------------
 
@@ -156,25 +177,42 @@ class Router:
             slots, hop, latency = self._intra(f"gpu{sl}", f"gpu{dl}")
             return Route(tuple((link_id, 1.0) for link_id in self._shift(slots, sn)), hop, latency)
         weights: dict[int, float] = {}
-        src_nics, dst_nics = self._gpu_nics[sl], self._gpu_nics[dl]
-        pairs = max(len(src_nics), len(dst_nics))
         flows = c.transport.flows_per_connection if c.transport.multipath == "ecmp" else 1
+        pairs = self._nic_pairs(sl, dl)
+        share = 1.0 / len(pairs)
+        src_base, dst_base = self._node_base[sn], self._node_base[dn]
         latency = 0.0
-        for p in range(pairs):
-            a, b = src_nics[p % len(src_nics)], dst_nics[p % len(dst_nics)]
-            share = 1.0 / pairs
-            up_slots, _, up_lat = self._intra(f"gpu{sl}", f"nic{a}")
-            down_slots, _, down_lat = self._intra(f"nic{b}", f"gpu{dl}")
-            for link_id in self._shift(up_slots, sn) + self._shift(down_slots, dn):
+        for p, (a, b, up_slots, down_slots, intra_lat) in enumerate(pairs):
+            for slot in up_slots:
+                link_id = src_base[slot]
+                weights[link_id] = weights.get(link_id, 0.0) + share
+            for slot in down_slots:
+                link_id = dst_base[slot]
                 weights[link_id] = weights.get(link_id, 0.0) + share
             for f in range(flows):
-                for links, frac in self._fabric_paths(f"n{sn}.nic{a}", f"n{dn}.nic{b}", dn, f + p * flows):
+                for links, frac in self._fabric_paths((sn, a), (dn, b), f + p * flows):
+                    add = share * frac / flows
                     for link_id in links:
-                        weights[link_id] = weights.get(link_id, 0.0) + share * frac / flows
+                        weights[link_id] = weights.get(link_id, 0.0) + add
             if p == 0:
-                fabric = self._fabric_paths(f"n{sn}.nic{a}", f"n{dn}.nic{b}", dn, 0)[0][0]
-                latency = up_lat + down_lat + sum(c.links[i].latency_s for i in fabric)
+                fabric = self._fabric_paths((sn, a), (dn, b), 0)[0][0]
+                latency = intra_lat + sum(c.links[i].latency_s for i in fabric)
         return Route(tuple(sorted(weights.items())), "net", latency)
+
+    def _nic_pairs(self, sl: int, dl: int) -> list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]:
+        """How a flow from local GPU sl to local GPU dl of another node splits over NIC pairs."""
+        key = (sl, dl)
+        found = self._pair_cache.get(key)
+        if found is None:
+            src_nics, dst_nics = self._gpu_nics[sl], self._gpu_nics[dl]
+            found = []
+            for p in range(max(len(src_nics), len(dst_nics))):
+                a, b = src_nics[p % len(src_nics)], dst_nics[p % len(dst_nics)]
+                up, _, up_lat = self._intra(f"gpu{sl}", f"nic{a}")
+                down, _, down_lat = self._intra(f"nic{b}", f"gpu{dl}")
+                found.append((a, b, up, down, up_lat + down_lat))
+            self._pair_cache[key] = found
+        return found
 
     def route_to_host(self, gpu: int) -> Route:
         """GPU to its own CPU socket (host memory), for offload traffic."""

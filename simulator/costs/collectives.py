@@ -143,6 +143,8 @@ def pipeline_fill_s(model: NcclModel, shape: CollectiveShape, protocol: str, nby
 
 def collective_latency_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float = 0.0) -> float:
     """Latency part of the model for one call (base + per-hop terms + tree fill), seconds."""
+    if shape.op in ("d2h", "h2d"):
+        return model.hop_latency["pcie"]["ring"]["Simple"]  # a cudaMemcpyAsync over PCIe
     if shape.nranks <= 1:
         return 0.0
     fam = _family(shape.algorithm)
@@ -171,7 +173,7 @@ def bandwidth_factor(model: NcclModel, algorithm: str, protocol: str, nbytes: fl
 
 def collective_time_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float) -> float:
     """Time of the collective running alone on its links."""
-    if shape.nranks <= 1 or nbytes <= 0:
+    if (shape.nranks <= 1 and shape.op not in ("d2h", "h2d")) or nbytes <= 0:
         return 0.0
     factor = bandwidth_factor(model, shape.algorithm, protocol, nbytes)
     transfer = sum(p.seconds_per_byte for p in shape.phases) * nbytes / factor
@@ -181,7 +183,7 @@ def collective_time_s(model: NcclModel, shape: CollectiveShape, protocol: str, n
 def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float) -> tuple[str, ...]:
     """Protocols NCCL would consider: LL for small messages, LL128 where 128-byte stores are
     atomic (NVLink, InfiniBand) and the message is not huge, Simple always."""
-    if shape.algorithm == "nvls":
+    if shape.algorithm == "nvls" or shape.op in ("d2h", "h2d"):
         return ("Simple",)
     options = []
     if nbytes <= model.ll_max_bytes:

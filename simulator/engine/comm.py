@@ -138,7 +138,7 @@ class CommResolver:
         return found
 
     def _resolve(self, comm: CommOp) -> Resolved:
-        if len(comm.group) <= 1 or comm.nbytes <= 0:
+        if (len(comm.group) <= 1 and comm.op not in ("d2h", "h2d")) or comm.nbytes <= 0:
             return Resolved([], None, "none", "none", 0.0)
         choice = self.choose(comm)
         algorithm, protocol = choice.shape.algorithm, choice.protocol
@@ -183,34 +183,46 @@ class CommResolver:
         plans: list[CollectivePlan] = [self.planner.plan(op, algorithm, g) for g in instances]
         classes = self.classes
         blocks = classes.blocks
+        n_classes = len(classes)
         result = []
         for index in range(len(plans[0].phases)):
-            per_copy: dict[int, np.ndarray] = {}
-            tier = np.zeros(len(classes))
+            tier = np.zeros(n_classes)
+            copies = np.zeros((0, blocks))
+            copy_rows: dict[int, int] = {}
             b_unit = max(f.weight for f in plans[0].phases[index].flows)
             for plan in plans:
                 phase = plan.phases[index]
+                if not phase.link_weights:
+                    continue
                 m = self.multiplicity(plan.gpus)
-                own: dict[int, np.ndarray] = {}
-                for link_id, w in phase.link_weights:
-                    c = int(classes.class_of[link_id])
-                    block = int(classes.block_of[link_id])
-                    if block < 0:
-                        tier[c] += w * m / classes.size[c]
-                        continue
-                    vec = own.get(c)
-                    if vec is None:
-                        vec = own[c] = np.zeros(blocks)
-                    vec[block] += w
-                stride = blocks // m
-                for c, vec in own.items():
-                    folded = vec.reshape(m, stride).sum(axis=0) if m > 1 else vec
-                    total = np.tile(folded, m) if m > 1 else folded
-                    acc = per_copy.get(c)
-                    per_copy[c] = total if acc is None else acc + total
+                ids, w = phase.arrays()
+                cls = classes.class_of[ids]
+                blk = classes.block_of[ids]
+                on_tier = blk < 0
+                if on_tier.any():
+                    np.add.at(tier, cls[on_tier], w[on_tier] * m / classes.size[cls[on_tier]])
+                node = ~on_tier
+                if not node.any():
+                    continue
+                own_cls, inverse = np.unique(cls[node], return_inverse=True)
+                own = np.zeros((len(own_cls), blocks))
+                np.add.at(own, (inverse, blk[node]), w[node])
+                if m > 1:  # add the instance's translates: shifts of blocks / m
+                    stride = blocks // m
+                    own = np.tile(own.reshape(len(own_cls), m, stride).sum(axis=1), (1, m))
+                rows = []
+                for c in own_cls.tolist():
+                    row = copy_rows.get(c)
+                    if row is None:
+                        row = copy_rows[c] = len(copy_rows)
+                    rows.append(row)
+                if len(copy_rows) > copies.shape[0]:
+                    copies = np.vstack([copies, np.zeros((len(copy_rows) - copies.shape[0], blocks))])
+                copies[np.array(rows)] += own
             weights = tier
-            for c, vec in per_copy.items():
-                weights[c] += float(vec.max())
+            if copy_rows:
+                order = np.fromiter(copy_rows.keys(), dtype=np.int64, count=len(copy_rows))
+                weights[order] += copies[np.fromiter(copy_rows.values(), dtype=np.int64, count=len(copy_rows))].max(axis=1)
             nz = np.nonzero(weights > 0)[0]
             result.append((nz, weights[nz] / b_unit, b_unit))
         self._units[key] = result

@@ -67,18 +67,38 @@ def _length(intervals: list[Interval]) -> float:
 
 
 def rank_breakdown(rows: list[Row], rank: int, stage: int, step_s: float, pipeline: bool) -> Breakdown:
-    compute = merge_intervals((r.start_s, r.end_s) for r in rows if r.category == "compute")
+    """Split one rank's step into compute, exposed communication by kind, bubble and idle.
+
+    A fused compute task (a run of layers with their private TP/CP collectives) carries its
+    inner split in ``meta``: ``compute_s`` of kernels, ``exposed_s`` (by kind) of collectives
+    on its critical path and ``comm_s`` (by kind) of collectives in flight.
+    """
+    rows = [r for r in rows if r.category != "marker"]
+    busy = merge_intervals((r.start_s, r.end_s) for r in rows if r.category == "compute")
+    compute_s = 0.0
+    inner_exposed: dict[str, float] = defaultdict(float)
+    inner_total: dict[str, float] = defaultdict(float)
+    for r in rows:
+        if r.category == "compute":
+            meta = r.meta or {}
+            compute_s += float(meta.get("compute_s", r.duration_s))
+            for kind, value in (meta.get("exposed_s") or {}).items():
+                inner_exposed[kind] += value
+            for kind, value in (meta.get("comm_s") or {}).items():
+                inner_total[kind] += value
     by_kind: dict[str, list[Interval]] = defaultdict(list)
     for r in rows:
         if r.category != "compute":
             by_kind[r.category].append((r.start_s, r.end_s))
     comm_total = {k: _length(merge_intervals(v)) for k, v in sorted(by_kind.items())}
-    covered = compute
-    exposed: dict[str, float] = {}
+    for kind, value in inner_total.items():
+        comm_total[kind] = comm_total.get(kind, 0.0) + value
+    covered = busy
+    exposed: dict[str, float] = dict(inner_exposed)
     kinds = [k for k in COMM_PRIORITY if k in by_kind] + sorted(k for k in by_kind if k not in COMM_PRIORITY)
     for kind in kinds:
         extra = subtract_intervals(merge_intervals(by_kind[kind]), covered)
-        exposed[kind] = _length(extra)
+        exposed[kind] = exposed.get(kind, 0.0) + _length(extra)
         covered = merge_intervals(covered + extra)
     last_end = max((r.end_s for r in rows), default=0.0)
     first_start = min((r.start_s for r in rows), default=0.0)
@@ -87,7 +107,7 @@ def rank_breakdown(rows: list[Row], rank: int, stage: int, step_s: float, pipeli
     tail = max(0.0, step_s - last_end)
     bubble = gaps + lead if pipeline else 0.0
     idle = tail + (0.0 if pipeline else gaps + lead)
-    return Breakdown(rank=rank, stage=stage, compute_s=_length(compute), exposed_comm_s=exposed, bubble_s=bubble,
+    return Breakdown(rank=rank, stage=stage, compute_s=compute_s, exposed_comm_s=exposed, bubble_s=bubble,
                      idle_s=idle, comm_s=comm_total)
 
 

@@ -120,6 +120,7 @@ class NodeTypeSpec(Frozen):
     pcie: PcieSpec
     nics: NicSpec
     host_memory_bytes: Bytes | None = Field(None, alias="host_memory")
+    host_memory_bandwidth_bytes_per_s: Rate | None = Field(None, alias="host_memory_bandwidth")
     cpu_cores: int | None = None
     sources: list[str] = Field(min_length=1)
 

@@ -273,6 +273,10 @@ class DdpOptions(Frozen):
     gradient_as_bucket_view: bool = Field(
         False, description="False (PyTorch default): buckets are copies, costing one more gradient-sized buffer"
     )
+    overlap: bool = Field(
+        True, description="start each bucket's all-reduce when its gradients are ready (PyTorch DDP, Megatron "
+        "--overlap-grad-reduce); false: all-reduce after the whole backward (Megatron-LM before 2023)"
+    )
 
 
 class ZeroOptions(Frozen):
@@ -282,7 +286,12 @@ class ZeroOptions(Frozen):
     allgather_bucket_size: PositiveInt = Field(500_000_000, description="elements per stage-1/2 parameter all-gather")
     prefetch_bucket_size: PositiveInt = Field(50_000_000, description="stage3_prefetch_bucket_size (elements)")
     param_persistence_threshold: PositiveInt = Field(100_000, description="stage3: smaller params stay unpartitioned")
+    max_live_parameters: PositiveInt = Field(1_000_000_000, description="stage3_max_live_parameters (elements)")
     overlap_comm: bool | None = Field(None, description="None = DeepSpeed default (True for stage 3 only)")
+    gradient_reduction: Literal["allreduce", "reduce_scatter"] = Field(
+        "allreduce", description="stage 1/2: DeepSpeed all-reduces multi-rank buckets (default); reduce_scatter is "
+        "Megatron's distributed optimizer"
+    )
 
 
 class FsdpOptions(Frozen):

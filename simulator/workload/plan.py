@@ -14,9 +14,10 @@ network. ``off`` simulates every rank and joins collectives across their members
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from simulator.cluster.mesh import Axis, Mesh
 from simulator.costs.compute import ComputeProfile
@@ -64,6 +65,7 @@ class ModelLayout:
     scenario: Scenario
     counts: ParamCounts = field(init=False)
     chunks: list[Chunk] = field(init=False)
+    _stage_params: dict[int, list[Param]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         m = self.scenario.model
@@ -123,10 +125,28 @@ class ModelLayout:
         return float(sum(p.numel for p in self.chunk_params(chunk)))
 
     def stage_params(self, pp_rank: int) -> list[Param]:
-        return [p for chunk in self.chunks_of_stage(pp_rank) for p in self.chunk_params(chunk)]
+        found = self._stage_params.get(pp_rank)
+        if found is None:
+            found = self._stage_params[pp_rank] = [p for c in self.chunks_of_stage(pp_rank) for p in self.chunk_params(c)]
+        return found
 
     def params_of_stage(self, pp_rank: int) -> float:
         return sum(self.params_of_chunk(c) for c in self.chunks_of_stage(pp_rank))
+
+
+@dataclass(frozen=True)
+class Macro:
+    """A fused run of layers: total time, inner split, trace parts (name, category, offset,
+    duration) and memory changes at offsets."""
+
+    duration_s: float
+    compute_s: float
+    comm_s: dict[str, float]
+    exposed_s: dict[str, float]
+    flops: float
+    parts: tuple[tuple[str, str, float, float], ...]
+    mem: tuple[MemDelta, ...]
+    has_comm: bool
 
 
 @dataclass(frozen=True)
@@ -140,7 +160,8 @@ class WorkloadBuilder:
     """Builds the Program for one scenario (see the module docstring)."""
 
     def __init__(self, scenario: Scenario, mesh: Mesh, profile: ComputeProfile, *, gpus_per_node: int,
-                 symmetric: bool) -> None:
+                 symmetric: bool, comm_time: Callable[[str, tuple[int, ...], float], float] | None = None,
+                 node_kind: str = "nvswitch") -> None:
         self.sc = scenario
         self.mesh = mesh
         self.profile = profile
@@ -155,7 +176,26 @@ class WorkloadBuilder:
         self.pb = ProgramBuilder()
         self._steps: dict[tuple[str, str], list[TimedStep]] = {}
         self._instances: dict[tuple[int, str], tuple[tuple[int, ...], ...]] = {}
+        self._macros: dict[tuple[str, tuple[str, ...]], Macro] = {}
         self.strategy = sharding.strategy_for(scenario, mesh, self.layout)
+        self.comm_time = comm_time or (lambda op, group, nbytes: 0.0)
+        self.node_kind = node_kind
+        self.fuse_layers = comm_time is not None and self._layer_comm_private()
+
+    def _layer_comm_private(self) -> bool:
+        """True when the collectives inside layers (tp, cp) cross links no other traffic uses:
+        the group sits in one NVSwitch node and every other group has at most one member per
+        node. Then a layer's collectives can be costed alone and fused into its compute."""
+        m, g = self.mesh, self.gpus_per_node
+        if m.tp * m.cp == 1:
+            return True
+        if self.node_kind != "nvswitch" or any(r // g != 0 for r in m.group(0, "tp_cp")):
+            return False
+        for axis in ("dp_cp", "pp", "dp_shard", "dp_replicate", "embedding"):
+            nodes = [r // g for r in m.group(0, axis)]  # type: ignore[arg-type]
+            if len(nodes) != len(set(nodes)):
+                return False
+        return True
 
     # -- layer programs (cached) -----------------------------------------------------------
 
@@ -268,7 +308,7 @@ class WorkloadBuilder:
         stage = self.mesh.stage(rank)
         params = self.layout.params_of_stage(stage)
         per = model_state_bytes_per_param(self.sc.training.precision, self.sc.training.optimizer)
-        states = self.strategy.model_states(params, per)
+        states = self.strategy.model_states(stage, params, per)
         return {
             "params": states.params,
             "grads": states.grads,
@@ -294,8 +334,24 @@ class WorkloadBuilder:
             else:
                 self._backward(ctx, action, last=(last_b[action.chunk] == i))
         self.strategy.finish_rank(self, ctx)
+        ctx.finished = True
 
     # forward / backward of one chunk for one micro-batch
+
+    def units_of(self, chunk: Chunk) -> list[int]:
+        """Units of a chunk in forward order: 0 = embedding, layer + 1, layers + 1 = logits."""
+        units = [0] if chunk.embedding else []
+        units += [layer + 1 for layer in chunk.layers]
+        if chunk.logits:
+            units.append(self.sc.model.layers + 1)
+        return units
+
+    def _unit_kind(self, unit: int) -> tuple[str, int]:
+        if unit == 0:
+            return "embedding", -1
+        if unit == self.sc.model.layers + 1:
+            return "logits", self.sc.model.layers
+        return "block", unit - 1
 
     def _forward(self, ctx: _RankContext, action: Action) -> None:
         chunk = self.layout.chunk_of(ctx.stage, action.chunk)
@@ -303,18 +359,8 @@ class WorkloadBuilder:
         deps: list[int] = []
         if chunk.index > 0:
             deps.append(self._p2p_recv(ctx, chunk.index - 1, chunk.index, mb, "act"))
-        if chunk.embedding:
-            deps = [self._emit_steps(ctx, "embedding", "fwd", mb, chunk, -1, deps,
-                                     mem_end=self._embedding_activation())]
-        for layer in chunk.layers:
-            deps = self.strategy.before_layer(self, ctx, layer, "fwd", mb, deps)
-            deps = [self._emit_steps(ctx, "block", "fwd", mb, chunk, layer, deps,
-                                     mem_end=self.activation_per_layer)]
-            self.strategy.after_layer(self, ctx, layer, "fwd", mb, deps[0], last=False)
-        if chunk.logits:
-            deps = [self._emit_steps(ctx, "logits", "fwd", mb, chunk, self.sc.model.layers, deps,
-                                     mem_end=self._logits_activation())]
-        else:
+        deps = self._run_units(ctx, chunk, self.units_of(chunk), "fwd", mb, deps, last=False)
+        if not chunk.logits:
             self._p2p_send(ctx, chunk.index, chunk.index + 1, mb, "act", deps)
 
     def _backward(self, ctx: _RankContext, action: Action, *, last: bool) -> None:
@@ -323,27 +369,179 @@ class WorkloadBuilder:
         deps: list[int] = []
         if not chunk.logits:
             deps.append(self._p2p_recv(ctx, chunk.index + 1, chunk.index, mb, "grad"))
-        else:
-            deps = [self._emit_steps(ctx, "logits", "bwd", mb, chunk, self.sc.model.layers, deps,
-                                     mem_end=-self._logits_activation())]
-            self.strategy.after_unit(self, ctx, self.sc.model.layers + 1, mb, deps[0], last=last)
-        full = self.sc.training.recompute == "full"
-        for layer in reversed(chunk.layers):
-            deps = self.strategy.before_layer(self, ctx, layer, "bwd", mb, deps)
-            if full:
-                deps = [self._emit_steps(ctx, "block", "fwd", mb, chunk, layer, deps, recompute=True)]
-            workspace = self.backward_workspace
-            deps = [self._emit_steps(ctx, "block", "bwd", mb, chunk, layer, deps,
-                                     mem_start=workspace, mem_end=-(workspace + self.activation_per_layer))]
-            self.strategy.after_layer(self, ctx, layer, "bwd", mb, deps[0], last=last)
-            self.strategy.after_unit(self, ctx, layer + 1, mb, deps[0], last=last)
-        if chunk.embedding:
-            deps = [self._emit_steps(ctx, "embedding", "bwd", mb, chunk, -1, deps,
-                                     mem_end=-self._embedding_activation())]
-            self.strategy.after_unit(self, ctx, 0, mb, deps[0], last=last)
-        else:
+        deps = self._run_units(ctx, chunk, list(reversed(self.units_of(chunk))), "bwd", mb, deps, last=last)
+        if not chunk.embedding:
             self._p2p_send(ctx, chunk.index, chunk.index - 1, mb, "grad", deps)
-        ctx.last_compute = deps[0] if deps else ctx.last_compute
+
+    def _run_units(self, ctx: _RankContext, chunk: Chunk, units: list[int], phase: str, mb: int, deps: list[int],
+                   *, last: bool) -> list[int]:
+        """Emit the units of one pass, fused into as few tasks as the strategy's hooks allow."""
+        for group in self._groups(ctx, units, phase, last):
+            for unit in group:
+                deps = self.strategy.before(self, ctx, unit, phase, mb, deps)
+            if self.fuse_layers:
+                task = self._emit_macro(ctx, chunk, tuple(group), phase, mb, deps)
+            else:
+                task = self._emit_unit_steps(ctx, chunk, group[0], phase, mb, deps)
+            deps = [task]
+            for unit in group:
+                self.strategy.after(self, ctx, unit, phase, mb, task, last=last)
+        return deps
+
+    def _groups(self, ctx: _RankContext, units: list[int], phase: str, last: bool) -> list[list[int]]:
+        """Runs of units with no strategy hook between them (one unit each without fusion)."""
+        if not self.fuse_layers:
+            return [[u] for u in units]
+        cut = self.strategy.boundary_units(ctx.stage, phase, last)
+        groups: list[list[int]] = [[]]
+        for unit in units:
+            groups[-1].append(unit)
+            if cut is None or unit in cut:
+                groups.append([])
+        return [g for g in groups if g]
+
+    # -- one unit: its steps as separate tasks (TP collectives on the network) ----------------
+
+    def _unit_jobs(self, unit: int, phase: str) -> list[tuple[str, str, int, list[TimedStep], float, float]]:
+        """(kind, phase, layer, steps, bytes allocated at start, bytes changed at end) of a unit,
+        in execution order (a block under full recomputation replays its forward first)."""
+        kind, layer = self._unit_kind(unit)
+        stored = {"embedding": self._embedding_activation, "logits": self._logits_activation,
+                  "block": lambda: self.activation_per_layer}[kind]()
+        if phase == "fwd":
+            return [(kind, "fwd", layer, self.steps(kind, "fwd"), 0.0, stored)]
+        jobs = []
+        if kind == "block" and self.sc.training.recompute == "full":
+            jobs.append((kind, "recompute", layer, self.steps(kind, "fwd"), 0.0, 0.0))
+        workspace = self.backward_workspace if kind == "block" else 0.0
+        jobs.append((kind, "bwd", layer, self.steps(kind, "bwd"), workspace, -(workspace + stored)))
+        return jobs
+
+    def _emit_unit_steps(self, ctx: _RankContext, chunk: Chunk, unit: int, phase: str, mb: int,
+                         deps: list[int]) -> int:
+        last = -1
+        for kind, job_phase, layer, steps, mem_start, mem_end in self._unit_jobs(unit, phase):
+            last = self._emit_steps(ctx, kind, job_phase, steps, mb, chunk, layer, deps, mem_start=mem_start,
+                                    mem_end=mem_end)
+            deps = [last]
+        return last
+
+    def _emit_steps(self, ctx: _RankContext, kind: str, phase: str, steps: list[TimedStep], mb: int, chunk: Chunk,
+                    layer: int, deps: list[int], *, mem_start: float = 0.0, mem_end: float = 0.0) -> int:
+        """Emit one layer's steps as tasks; returns the id of its last compute task."""
+        rank = ctx.rank
+        label = f"{'recompute.' if phase == 'recompute' else ''}{kind}{'' if layer < 0 else layer}"
+        pending_overlap: int | None = None
+        last = -1
+        n_compute = sum(1 for s in steps if isinstance(s.step, ComputeStep))
+        seen = 0
+        for timed in steps:
+            step = timed.step
+            if isinstance(step, CommStep):
+                axis: Axis = "cp" if step.axis == "cp" else "tp"
+                comm = self.comm(rank, step.op, axis, step.nbytes)
+                join = (axis, comm.group, mb, chunk.index, layer, phase, step.name)
+                tid = self.pb.add(rank, axis, step.name, axis, comm=comm, join=join, deps=list(deps),
+                                  meta={"mb": mb, "layer": layer, "phase": phase})
+                if step.overlap:
+                    pending_overlap = tid
+                else:
+                    deps = [tid]
+                continue
+            seen += 1
+            mem: list[MemDelta] = []
+            if seen == 1 and mem_start:
+                mem.append(MemDelta(False, mem_start, "activations"))
+            if seen == n_compute and mem_end:
+                mem.append(MemDelta(True, mem_end, "activations"))
+            tid = self.pb.add(rank, "compute", f"{label}.{step.name}", "compute", duration_s=timed.duration_s,
+                              deps=list(deps), mem=tuple(mem),
+                              meta={"mb": mb, "layer": layer, "phase": phase, "flops": timed.flops,
+                                    "chunk": chunk.index})
+            deps = [tid] + ([pending_overlap] if pending_overlap is not None else [])
+            pending_overlap = None
+            last = tid
+        ctx.last_compute = last
+        # a trailing overlapped collective must finish before the next layer
+        if pending_overlap is not None:
+            last = self.pb.add(rank, "compute", f"{label}.join", "compute", deps=[last, pending_overlap])
+            ctx.last_compute = last
+        return last
+
+    # -- fused: a run of units as one task with its inner timeline ---------------------------
+
+    def _emit_macro(self, ctx: _RankContext, chunk: Chunk, units: tuple[int, ...], phase: str, mb: int,
+                    deps: list[int]) -> int:
+        macro = self._macro(units, phase)
+        first_kind, first_layer = self._unit_kind(units[0])
+        last_kind, last_layer = self._unit_kind(units[-1])
+        name = f"{phase}.{first_kind}{'' if first_layer < 0 else first_layer}"
+        if len(units) > 1:
+            name += f"..{last_kind}{'' if last_layer < 0 else last_layer}"
+        join = None
+        if not self.symmetric and macro.has_comm:
+            join = ("layers", self.mesh.group(ctx.rank, "tp_cp"), mb, chunk.index, phase, units[0])
+        meta = {"mb": mb, "phase": phase, "chunk": chunk.index, "layer": first_layer, "units": (units[0], units[-1]),
+                "flops": macro.flops, "compute_s": macro.compute_s, "comm_s": macro.comm_s,
+                "exposed_s": macro.exposed_s, "parts": macro.parts}
+        task = self.pb.add(ctx.rank, "compute", name, "compute", duration_s=macro.duration_s, deps=deps, join=join,
+                           mem=macro.mem, meta=meta)
+        ctx.last_compute = task
+        return task
+
+    def _macro(self, units: tuple[int, ...], phase: str) -> Macro:
+        kinds = tuple(self._unit_kind(u)[0] for u in units)
+        key = (phase, kinds)
+        found = self._macros.get(key)
+        if found is None:
+            jobs = [job for u in units for job in self._unit_jobs(u, phase)]
+            found = self._macros[key] = self._timeline(jobs)
+        return found
+
+    def _timeline(self, jobs: list[tuple[str, str, int, list[TimedStep], float, float]]) -> Macro:
+        """Lay steps end to end; an overlapped collective runs beside the next compute step.
+
+        Collectives here are private to their group (see ``_layer_comm_private``): their
+        time alone on the network is their time, so the timeline is exact.
+        """
+        t = compute = flops = 0.0
+        comm: dict[str, float] = {}
+        exposed: dict[str, float] = {}
+        parts: list[tuple[str, str, float, float]] = []
+        mem: list[MemDelta] = []
+        rep = self.mesh.stage_representatives[0]
+        groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp")}
+        for kind, job_phase, layer, steps, mem_start, mem_end in jobs:
+            label = f"{'recompute.' if job_phase == 'recompute' else ''}{kind}{'' if layer < 0 else layer}"
+            if mem_start:
+                mem.append(MemDelta(False, mem_start, "activations", t))
+            pending: list[tuple[str, float]] = []
+            for timed in steps:
+                step = timed.step
+                if isinstance(step, CommStep):
+                    duration = self.comm_time(step.op, groups[step.axis], step.nbytes)
+                    parts.append((f"{label}.{step.name}", step.axis, t, duration))
+                    comm[step.axis] = comm.get(step.axis, 0.0) + duration
+                    if step.overlap:
+                        pending.append((step.axis, duration))
+                    else:
+                        t += duration
+                        exposed[step.axis] = exposed.get(step.axis, 0.0) + duration
+                    continue
+                parts.append((f"{label}.{step.name}", "compute", t, timed.duration_s))
+                compute += timed.duration_s
+                flops += timed.flops
+                longest_axis, longest = max(pending, key=lambda p: p[1], default=("tp", 0.0))
+                t += max(timed.duration_s, longest)
+                if longest > timed.duration_s:  # what the compute step cannot hide
+                    exposed[longest_axis] = exposed.get(longest_axis, 0.0) + longest - timed.duration_s
+                pending = []
+            for axis, d in pending:
+                t += d
+                exposed[axis] = exposed.get(axis, 0.0) + d
+            if mem_end:
+                mem.append(MemDelta(False, mem_end, "activations", t))
+        return Macro(t, compute, comm, exposed, flops, tuple(parts), tuple(mem), bool(comm))
 
     def _embedding_activation(self) -> float:
         m, par = self.sc.model, self.sc.parallelism
@@ -356,50 +554,6 @@ class WorkloadBuilder:
         return logits_activation_bytes(seq=m.seq_len, batch=self.sc.training.micro_batch, hidden=m.hidden,
                                        vocab=m.vocab, tp=par.tp, cp=par.cp,
                                        sequence_parallel=self.shard.sequence_parallel, act_bytes=self.shard.elem)
-
-    def _emit_steps(self, ctx: _RankContext, kind: str, phase: str, mb: int, chunk: Chunk, layer: int,
-                    deps: list[int], *, mem_start: float = 0.0, mem_end: float = 0.0,
-                    recompute: bool = False) -> int:
-        """Emit one layer's steps; returns the id of its last compute task."""
-        steps = self.steps(kind, phase)
-        rank = ctx.rank
-        label = f"{'recompute.' if recompute else ''}{kind}{'' if layer < 0 else layer}"
-        pending_overlap: int | None = None
-        last = -1
-        first_compute = True
-        n_compute = sum(1 for s in steps if isinstance(s.step, ComputeStep))
-        seen = 0
-        for timed in steps:
-            step = timed.step
-            if isinstance(step, CommStep):
-                comm = self.comm(rank, step.op, "tp", step.nbytes)
-                join = ("tp", comm.group, mb, chunk.index, layer, phase, recompute, step.name)
-                tid = self.pb.add(rank, "tp", step.name, "tp", comm=comm, join=join, deps=list(deps),
-                                  meta={"mb": mb, "layer": layer, "phase": phase})
-                if step.overlap:
-                    pending_overlap = tid
-                else:
-                    deps = [tid]
-                continue
-            seen += 1
-            mem: list[MemDelta] = []
-            if first_compute and mem_start:
-                mem.append(MemDelta(False, mem_start, "activations"))
-            if seen == n_compute and mem_end:
-                mem.append(MemDelta(True, mem_end, "activations"))
-            first_compute = False
-            tid = self.pb.add(rank, "compute", f"{label}.{step.name}", "compute", duration_s=timed.duration_s,
-                              deps=list(deps), mem=tuple(mem),
-                              meta={"mb": mb, "layer": layer, "phase": "recompute" if recompute else phase,
-                                    "flops": timed.flops, "chunk": chunk.index})
-            deps = [tid] + ([pending_overlap] if pending_overlap is not None else [])
-            pending_overlap = None
-            last = tid
-        ctx.last_compute = last
-        # a trailing overlapped collective must finish before the next layer
-        if pending_overlap is not None:
-            return self.pb.add(rank, "compute", f"{label}.join", "compute", deps=[last, pending_overlap])
-        return last
 
     # pipeline point-to-point
 
@@ -441,8 +595,14 @@ class WorkloadBuilder:
                        mem: tuple[MemDelta, ...] = ()) -> int:
         kernel = optimizer_kernel(n_params, self.sc.training.precision, self.sc.training.optimizer)
         duration = kernels_time_s(self.profile, [kernel], self.sc.training.precision)
-        return self.pb.add(ctx.rank, "compute", name, "compute", duration_s=duration, deps=deps, mem=mem,
+        task = self.pb.add(ctx.rank, "compute", name, "compute", duration_s=duration, deps=deps, mem=mem,
                            meta={"phase": "optimizer", "params": n_params})
+        ctx.last_compute = task
+        return task
+
+    def marker(self, ctx: _RankContext, name: str, deps: list[int], mem: tuple[MemDelta, ...]) -> int:
+        """A zero-time task that applies memory changes when its dependencies are done."""
+        return self.pb.add(ctx.rank, "mem", name, "marker", deps=deps, mem=mem)
 
 
 @dataclass
@@ -450,7 +610,8 @@ class _RankContext:
     rank: int
     stage: int
     last_compute: int = -1
-    strategy_state: object = None
+    strategy_state: Any = None
+    finished: bool = False
 
 
 def _stream_of_axis(axis: str) -> str:

@@ -47,9 +47,10 @@ class CommOp:
 
 @dataclass(frozen=True, slots=True)
 class MemDelta:
-    at_end: bool  # False: at the task's start; True: at its end
+    at_end: bool  # True: at the task's end; False: at its start plus ``offset_s``
     nbytes: float  # + allocate, - free
     category: str  # params | grads | optimizer | activations | buffers | other
+    offset_s: float = 0.0
 
 
 @dataclass(slots=True)

@@ -38,6 +38,7 @@ class CommStep:
     op: str
     nbytes: float
     overlap: bool = False  # runs concurrently with the next compute step
+    axis: str = "tp"  # the group: tp, or cp (context parallelism's key/value exchange)
 
 
 Step = ComputeStep | CommStep
@@ -58,15 +59,44 @@ def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool 
     fwd = block_forward(model, shard)
     core = [k for k in fwd if k.kind == "attention" or k.name in ("scores", "softmax", "attn_v")]
     core_names = [k.name for k in core]
+    steps: list[Step]
     if phase == "fwd":
+        steps = [ComputeStep("fwd", tuple(fwd))] if shard.tp == 1 else _fwd_tp(model, shard, fwd, core_names)
+    else:
+        bwd = backward_of(fwd)
+        recompute = tuple(core) if selective else ()
         if shard.tp == 1:
-            return [ComputeStep("fwd", tuple(fwd))]
-        return _fwd_tp(model, shard, fwd, core_names)
-    bwd = backward_of(fwd)
-    recompute = tuple(core) if selective else ()
-    if shard.tp == 1:
-        return [ComputeStep("bwd", recompute + tuple(bwd))]
-    return _bwd_tp(model, shard, bwd, core_names, recompute, tp_overlap)
+            steps = [ComputeStep("bwd", recompute + tuple(bwd))]
+        else:
+            steps = _bwd_tp(model, shard, bwd, core_names, recompute, tp_overlap)
+    return _with_context_parallel(model, shard, steps, phase) if shard.cp > 1 else steps
+
+
+def _kv_bytes(model: ModelSpec, shard: Shard) -> float:
+    """Keys and values of the whole sequence on one TP rank: 2 * b * s * (kv/t) * d * e."""
+    return 2.0 * shard.batch * shard.seq * model.n_kv_heads / shard.tp * model.head_dim * shard.elem
+
+
+def _with_context_parallel(model: ModelSpec, shard: Shard, steps: list[Step], phase: str) -> list[Step]:
+    """Context parallelism (ring attention, Megatron-Core CP): before its attention core each
+    rank gathers the other ranks' keys and values, (cp-1)/cp of the sequence, in a ring of
+    point-to-point steps overlapped with the core's blocks; backward gathers them again and
+    reduce-scatters their gradients. Modelled as an all-gather (and a reduce-scatter) of
+    the sequence's K and V over the cp group, overlapped with the compute step holding the
+    attention core."""
+    out: list[Step] = []
+    kv = _kv_bytes(model, shard)
+    for step in steps:
+        holds_core = isinstance(step, ComputeStep) and any(
+            k.kind == "attention" or k.name.startswith(("scores", "softmax", "attn_v")) for k in step.kernels)
+        if holds_core:
+            out.append(CommStep("cp.kv.allgather", "all_gather", kv, overlap=True, axis="cp"))
+            if phase == "bwd":
+                out.append(step)
+                out.append(CommStep("cp.dkv.reduce_scatter", "reduce_scatter", kv, overlap=False, axis="cp"))
+                continue
+        out.append(step)
+    return out
 
 
 def _fwd_tp(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) -> list[Step]:
