@@ -75,8 +75,10 @@ def _add_host(cluster: ClusterGraph, node: int) -> None:
 
 def _nic_params(cluster: ClusterGraph) -> tuple[float, float, float]:
     fabric = cluster.fabric
-    bw = fabric.nic_bandwidth_bytes_per_s or cluster.node_type.nics.bandwidth_bytes_per_s
-    eff = fabric.efficiency or cluster.transport.efficiency
+    nics = cluster.node_type.nics
+    bw = fabric.nic_bandwidth_bytes_per_s or nics.bandwidth_bytes_per_s
+    same_transport = fabric.transport is None or fabric.transport == nics.transport
+    eff = fabric.efficiency or (nics.efficiency if same_transport else None) or cluster.transport.efficiency
     lat = fabric.latency_s if fabric.latency_s is not None else cluster.transport.latency_s
     return bw, eff, lat
 

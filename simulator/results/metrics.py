@@ -24,7 +24,8 @@ from simulator.results.result import Breakdown, CommSummary, LinkUsage, OomDetai
 from simulator.results.rows import LinkStat, Row, RunFacts
 from simulator.units import format_bytes
 
-__all__ = ["compute_result", "merge_intervals", "subtract_intervals", "memory_timeline", "rank_breakdown"]
+__all__ = ["compute_result", "merge_intervals", "subtract_intervals", "memory_timeline", "rank_breakdown",
+           "wire_bytes_per_rank", "sent_bytes"]
 
 COMM_PRIORITY = ("tp", "cp", "shard", "dp", "pp", "offload")
 MEMORY_CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "other")
@@ -111,6 +112,34 @@ def rank_breakdown(rows: list[Row], rank: int, stage: int, step_s: float, pipeli
                      idle_s=idle, comm_s=comm_total)
 
 
+def sent_bytes(op: str, nbytes: float, ranks: int) -> float:
+    """Bytes one rank sends for a collective of size D over N ranks, bandwidth-optimally
+    (shared/REFERENCE.md §1.7): all-reduce 2(N-1)/N * D, all-gather and reduce-scatter
+    (N-1)/N * D, all-to-all (N-1)/N * D, point-to-point and host copies D."""
+    n = ranks
+    if op == "all_reduce":
+        return 2 * (n - 1) / n * nbytes if n > 1 else 0.0
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n * nbytes if n > 1 else 0.0
+    return nbytes
+
+
+def wire_bytes_per_rank(rows: list[Row]) -> dict[str, float]:
+    """Bytes one rank puts on the wire per step, by kind of communication (its sends; for a
+    point-to-point transfer only the sending side counts)."""
+    out: dict[str, float] = defaultdict(float)
+    for r in rows:
+        if r.comm is not None:
+            if r.comm["op"] == "p2p" and r.name.startswith("recv"):
+                continue
+            out[r.category] += sent_bytes(r.comm["op"], r.comm["bytes"], r.comm["ranks"]) * r.comm.get("count", 1)
+        elif r.category == "compute" and r.meta and r.meta.get("parts"):
+            for _name, kind, _t, _d, op, nbytes, ranks in r.meta["parts"]:
+                if op:
+                    out[kind] += sent_bytes(op, nbytes, ranks)
+    return dict(sorted(out.items()))
+
+
 def memory_timeline(initial: dict[str, float], rows: list[Row]) -> list[tuple[float, dict[str, float]]]:
     """Per-category bytes after every change, starting at t = 0 with ``initial``."""
     events = sorted((t, d, c) for r in rows for (t, d, c) in r.mem)
@@ -185,6 +214,14 @@ def _comm_summary(rows: list[Row]) -> list[CommSummary]:
     return out
 
 
+def _bytes_by_kind(stats: list[LinkStat]) -> dict[str, float]:
+    """Bytes carried per step by all links of each kind (nvlink, pcie, infiniband, efa, ...)."""
+    out: dict[str, float] = defaultdict(float)
+    for s in stats:
+        out[s.kind] += s.bytes * s.members
+    return dict(sorted(out.items()))
+
+
 def _links(stats: list[LinkStat], step_s: float, top: int = 12) -> list[LinkUsage]:
     used = [s for s in stats if s.bytes > 0]
     used.sort(key=lambda s: (-s.bytes / s.capacity_bytes_per_s, s.label))
@@ -241,6 +278,8 @@ def compute_result(rows: list[Row], facts: RunFacts, links: list[LinkStat]) -> R
         breakdown=breakdowns[ranks.index(critical)],
         stage_breakdown=breakdowns,
         links=_links(links, step),
+        link_bytes=_bytes_by_kind(links),
+        wire_bytes_per_rank=wire_bytes_per_rank(by_rank[critical]),
         communication=_comm_summary(by_rank[critical]),
         engine={
             "events": facts.engine_events,

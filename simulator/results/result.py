@@ -107,6 +107,8 @@ class Result(_Out):
     breakdown: Breakdown
     stage_breakdown: list[Breakdown]
     links: list[LinkUsage]
+    link_bytes: dict[str, float] = Field(description="bytes per step over all links of each kind")
+    wire_bytes_per_rank: dict[str, float] = Field(description="bytes the critical rank sends per step, by kind")
     communication: list[CommSummary]
     engine: dict[str, Any]
 

@@ -108,6 +108,9 @@ class NicSpec(Frozen):
     count: int = Field(ge=1)
     bandwidth_bytes_per_s: Rate = Field(alias="bandwidth", description="one NIC, one direction")
     transport: TransportKind
+    efficiency: Fraction | None = Field(
+        None, description="this node's NICs reach a different fraction of line rate than the transport's default "
+        "(e.g. an older NIC generation)")
 
 
 class NodeTypeSpec(Frozen):

@@ -136,15 +136,18 @@ class ModelLayout:
 
 @dataclass(frozen=True)
 class Macro:
-    """A fused run of layers: total time, inner split, trace parts (name, category, offset,
-    duration) and memory changes at offsets."""
+    """A fused run of layers: total time, inner split, trace parts and memory changes at offsets.
+
+    A part is (name, category, offset_s, duration_s, op, nbytes, ranks): category ``compute``
+    or the collective's group kind; ``op``/``nbytes``/``ranks`` describe collectives ("" / 0
+    for kernels)."""
 
     duration_s: float
     compute_s: float
     comm_s: dict[str, float]
     exposed_s: dict[str, float]
     flops: float
-    parts: tuple[tuple[str, str, float, float], ...]
+    parts: tuple[tuple[str, str, float, float, str, float, int], ...]
     mem: tuple[MemDelta, ...]
     has_comm: bool
 
@@ -507,7 +510,7 @@ class WorkloadBuilder:
         t = compute = flops = 0.0
         comm: dict[str, float] = {}
         exposed: dict[str, float] = {}
-        parts: list[tuple[str, str, float, float]] = []
+        parts: list[tuple[str, str, float, float, str, float, int]] = []
         mem: list[MemDelta] = []
         rep = self.mesh.stage_representatives[0]
         groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp")}
@@ -520,7 +523,8 @@ class WorkloadBuilder:
                 step = timed.step
                 if isinstance(step, CommStep):
                     duration = self.comm_time(step.op, groups[step.axis], step.nbytes)
-                    parts.append((f"{label}.{step.name}", step.axis, t, duration))
+                    parts.append((f"{label}.{step.name}", step.axis, t, duration, step.op, step.nbytes,
+                                  len(groups[step.axis])))
                     comm[step.axis] = comm.get(step.axis, 0.0) + duration
                     if step.overlap:
                         pending.append((step.axis, duration))
@@ -528,7 +532,7 @@ class WorkloadBuilder:
                         t += duration
                         exposed[step.axis] = exposed.get(step.axis, 0.0) + duration
                     continue
-                parts.append((f"{label}.{step.name}", "compute", t, timed.duration_s))
+                parts.append((f"{label}.{step.name}", "compute", t, timed.duration_s, "", 0.0, 1))
                 compute += timed.duration_s
                 flops += timed.flops
                 longest_axis, longest = max(pending, key=lambda p: p[1], default=("tp", 0.0))
