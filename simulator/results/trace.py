@@ -13,7 +13,8 @@ The layout follows what users know from the PyTorch profiler:
   protocol, algorithm bandwidth and the slowdown against running alone for communication;
 * flow arrows (``"s"`` → ``"f"``) from each p2p send to its receive (rows of one transfer
   share ``Row.join``; the sender is the first member of the op's group);
-* counter tracks: per-rank memory by category (GiB) and in total, and, when the run
+* counter tracks: per-rank memory by category (GiB) and in total (with an ``OOM`` instant
+  where a rank first exceeds its device memory), and, when the run
   recorded link loads, the utilisation (%) of the busiest link classes in a ``network``
   process;
 * ``otherData``: simulator version, scenario name and hash, calibration, layout, step time.
@@ -271,9 +272,11 @@ def _memory_events(result: Any, facts: RunFacts, rank: int, rows: list[Row]) -> 
                        "args": {"total": total}})
     for m in result.memory:
         if m.rank == rank and m.peak_bytes > m.capacity_bytes:
+            first_over = min(ts for ts, cats in states.items() if sum(cats.values()) > m.capacity_bytes)
             events.append({"ph": "i", "s": "p", "name": "OOM", "cat": "memory", "pid": rank, "tid": 0,
-                           "ts": _us(m.peak_time_s),
-                           "args": {"peak_GiB": round(m.peak_bytes / GiB, 3),
+                           "ts": first_over,
+                           "args": {"first_exceeds_capacity_us": first_over, "peak_us": _us(m.peak_time_s),
+                                    "peak_GiB": round(m.peak_bytes / GiB, 3),
                                     "capacity_GiB": round(m.capacity_bytes / GiB, 3)}})
     return events
 

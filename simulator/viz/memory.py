@@ -38,8 +38,8 @@ def memory_series(result: Any, rank: int) -> tuple[list[float], dict[str, list[f
 def memory_figure(result: Any, *, ranks: Iterable[int] | None = None, max_ranks: int = 4) -> go.Figure:
     """Stacked memory (GiB) over time (ms) by category, one panel per rank (at most
     ``max_ranks``, the critical rank included), the GPU capacity as a red dashed line, each
-    rank's peak marked, and for a rank that runs out of memory the OOM moment as a red
-    vertical line with the bytes needed."""
+    rank's peak marked, and for a rank that runs out of memory the OOM moment (when its
+    total first exceeds the capacity) as a red vertical line with the peak bytes needed."""
     chosen = timeline_ranks(result, ranks, max_ranks)
     capacity_gib = result.gpu_memory_bytes / GiB
     fig = make_subplots(rows=len(chosen), cols=1, shared_xaxes=True, vertical_spacing=0.06,
@@ -68,8 +68,11 @@ def memory_figure(result: Any, *, ranks: Iterable[int] | None = None, max_ranks:
                 hovertemplate=("OOM: " if oom else "peak: ") + "%{y:.2f} GiB at %{x:.2f} ms<extra></extra>",
             ), row=row_index, col=1)
             if oom:
-                fig.add_vline(x=peak.peak_time_s / MILLISECOND, line={"color": "#d62728"}, row=row_index, col=1,
-                              annotation_text=f"OOM: needs {peak.peak_bytes / GiB:.1f} GiB",
+                totals = [sum(values[c][i] for c in MEMORY_CATEGORIES) for i in range(len(times))]
+                first_over = next(t for t, total in zip(times, totals, strict=True) if total > peak.capacity_bytes)
+                fig.add_vline(x=first_over / MILLISECOND, line={"color": "#d62728"}, row=row_index, col=1,
+                              annotation_text=f"OOM at {first_over / MILLISECOND:.1f} ms; "
+                                              f"peak needs {peak.peak_bytes / GiB:.1f} GiB",
                               annotation_font_color="#d62728")
         fig.update_yaxes(title_text="GiB", row=row_index, col=1)
     fig.update_xaxes(title_text="time (ms)", row=len(chosen), col=1)

@@ -129,7 +129,7 @@ scenario {html.escape(result.scenario_hash[:16])} · {html.escape(result.calibra
 </table>
 {chr(10).join(sections)}
 <h2>Scenario (resolved)</h2>
-<pre class="scenario">{html.escape(scenario_json)}</pre>
+<pre class="scenario">{html.escape(scenario_json, quote=False)}</pre>
 </body>
 </html>
 """
