@@ -95,6 +95,7 @@ def test_rank_files_follow_hta_rules(tmp_path: Any, pipeline: Any) -> None:
         for k in kernels:
             launch = by_corr[k["args"]["correlation"]]
             assert step["ts"] <= launch["ts"] and launch["ts"] + launch["dur"] <= step["ts"] + step["dur"]
+            assert launch["ts"] + launch["dur"] <= k["ts"]  # launched before it runs
         comm = [k for k in kernels if NCCL_KERNEL.match(k["name"])]
         rows = [r for r in pipeline.rows if r.rank == rank]
         assert len(comm) == sum(1 for r in rows if r.category != "compute")

@@ -72,9 +72,17 @@ def test_timeline_has_a_bar_per_task_and_lanes(synthetic: Any) -> None:
 def test_timeline_keeps_the_critical_rank(pipeline: tuple[Any, Any]) -> None:
     _, result = pipeline
     assert timeline_ranks(result, max_ranks=1) == [result.breakdown.rank]
+    critical = result.breakdown.rank
+    critical_rows = sum(1 for r in result.rows if r.rank == critical)
+    # a budget below one rank's tasks: only the critical rank, cut to the budget
     fig = timeline_figure(result, max_slices=100)
     assert sum(len(t.x) for t in fig.data) == 100
-    assert f"first 100 of {len(result.rows)} tasks" in fig.layout.title.text
+    assert f"first 100 of {critical_rows} tasks" in fig.layout.title.text
+    other = [r for r in result.facts.represents if r != critical]
+    assert f"ranks {', '.join(map(str, other))} left out" in fig.layout.title.text
+    # a budget for every task: everything
+    fig = timeline_figure(result, max_slices=len(result.rows))
+    assert sum(len(t.x) for t in fig.data) == len(result.rows) and "left out" not in fig.layout.title.text
 
 
 # -- memory ----------------------------------------------------------------------------------

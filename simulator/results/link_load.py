@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -70,13 +71,19 @@ class LinkLoad:
         """How long each snapshot's load lasts (s); zero for snapshots superseded at the same instant."""
         return np.diff(np.append(self.times_s, self.end_s))
 
+    @cached_property
+    def _flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All snapshots' entries as flat arrays: (snapshot index, class index, load bytes/s)."""
+        lengths = [len(c) for c in self.classes]
+        snapshot = np.repeat(np.arange(len(self.classes)), lengths)
+        if not snapshot.size:
+            return snapshot, np.zeros(0, dtype=np.int64), np.zeros(0)
+        return snapshot, np.concatenate(self.classes).astype(np.int64), np.concatenate(self.loads_bytes_per_s)
+
     def bytes_carried(self) -> np.ndarray:
         """Bytes one link of each class carried: the time integral of its load."""
-        total = np.zeros(self.n_classes)
-        for dt, idx, load in zip(self.durations_s(), self.classes, self.loads_bytes_per_s, strict=True):
-            if dt > 0 and len(idx):
-                np.add.at(total, idx, load * dt)
-        return total
+        snapshot, cls, load = self._flat
+        return np.bincount(cls, weights=load * self.durations_s()[snapshot], minlength=self.n_classes)
 
     def busiest(self, count: int) -> list[int]:
         """Indices of the ``count`` classes with the largest mean utilisation, busiest first
@@ -88,13 +95,12 @@ class LinkLoad:
     def dense_utilisation(self, chosen: Sequence[int]) -> np.ndarray:
         """Utilisation (load / capacity, a fraction) of the ``chosen`` classes at every
         snapshot: shape (snapshots, len(chosen))."""
-        column = {c: j for j, c in enumerate(chosen)}
+        snapshot, cls, load = self._flat
+        column = np.full(self.n_classes, -1, dtype=np.int64)
+        column[np.asarray(chosen, dtype=np.int64)] = np.arange(len(chosen))
+        keep = column[cls] >= 0
         out = np.zeros((len(self.times_s), len(chosen)))
-        for i, (idx, load) in enumerate(zip(self.classes, self.loads_bytes_per_s, strict=True)):
-            for c, value in zip(idx.tolist(), load.tolist(), strict=True):
-                j = column.get(c)
-                if j is not None:
-                    out[i, j] = value / self.capacity_bytes_per_s[c]
+        out[snapshot[keep], column[cls[keep]]] = load[keep] / self.capacity_bytes_per_s[cls[keep]]
         return out
 
     def binned_utilisation(self, chosen: Sequence[int], edges_s: np.ndarray) -> np.ndarray:

@@ -44,6 +44,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from simulator.results.link_load import LinkLoad
 from simulator.results.metrics import MEMORY_CATEGORIES, memory_timeline
 from simulator.results.ranks import format_rank_ranges, rank_label, represented_ranks, select_ranks
@@ -321,23 +323,20 @@ def _link_events(link_load: LinkLoad | None, facts: RunFacts, max_links: int) ->
          "args": {"name": f"network: {len(chosen)} busiest link classes (utilisation of one link)"}},
         {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}},
     ]
-    util = link_load.dense_utilisation(chosen)
-    times_us = [_us(t) for t in link_load.times_s]
+    util = np.round(100.0 * link_load.dense_utilisation(chosen), 4)
+    times_us = np.round(link_load.times_s / MICROSECOND, 3)
+    last_of_instant = np.append(times_us[1:] != times_us[:-1], True)  # later snapshots at one instant win
+    times_us, util = times_us[last_of_instant], util[last_of_instant]
+    end_us = _us(link_load.end_s)
     for j, c in enumerate(chosen):
         name = f"{link_load.labels[c]} ({link_load.kinds[c]})"
-        last: float | None = None
-        samples: dict[float, float] = {}
-        for i, ts in enumerate(times_us):
-            samples[ts] = round(100.0 * util[i, j], 4)
-        for ts in sorted(samples):
-            value = samples[ts]
-            if value != last:
-                events.append({"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": ts,
-                               "args": {LINK_COUNTER_ARG: value}})
-                last = value
-        end = _us(link_load.end_s)
-        if last not in (None, 0.0) and end > times_us[-1]:
-            events.append({"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": end, "args": {LINK_COUNTER_ARG: 0.0}})
+        column = util[:, j]
+        changed = np.append(True, column[1:] != column[:-1])
+        for ts, value in zip(times_us[changed].tolist(), column[changed].tolist(), strict=True):
+            events.append({"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": ts, "args": {LINK_COUNTER_ARG: value}})
+        if column[-1] != 0.0 and end_us > times_us[-1]:
+            events.append({"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": end_us,
+                           "args": {LINK_COUNTER_ARG: 0.0}})
     return events
 
 
@@ -423,9 +422,10 @@ def hta_document(result: Any, rank: int, *, step: int = 0) -> dict[str, Any]:
 
     GPU kernels sit on process ``device`` (the rank's local GPU), one thread per stream id
     (streams from :data:`HTA_FIRST_STREAM` on, lanes of concurrent operations get their own
-    ids); each has a ``cudaLaunchKernel`` on the CPU thread with the same ``correlation``,
-    launched in kernel start order, never overlapping, at most :data:`HTA_LAUNCH_LEAD_US`
-    before its kernel. Times are integer microseconds (HTA rounds float times), shifted
+    ids); each has a 1 us ``cudaLaunchKernel`` on the CPU thread with the same
+    ``correlation``, in kernel start order, never overlapping: it starts
+    :data:`HTA_LAUNCH_LEAD_US` before its kernel, or when the previous launch ends if that is
+    later (only a burst of more than that many kernels starting together is launched late). Times are integer microseconds (HTA rounds float times), shifted
     by :data:`HTA_LAUNCH_LEAD_US` so the first launch precedes the first kernel.
     """
     facts: RunFacts = result.facts

@@ -42,20 +42,33 @@ def _details(row: Row) -> str:
 
 
 def timeline_figure(result: Any, *, ranks: Iterable[int] | None = None, max_ranks: int = 8,
-                    max_slices: int = 30_000) -> go.Figure:
+                    max_slices: int = 25_000) -> go.Figure:
     """Gantt chart of ``result``'s iteration: y = rank and stream (a lane per set of
     concurrent operations on one stream), x = time (ms), one bar per task coloured by
     category; hover shows name, start, duration and the task's details (FLOPs, achieved
-    TFLOP/s, bytes, algorithm, micro-batch, layer ...). At most ``max_ranks`` ranks
-    (:func:`timeline_ranks`) and ``max_slices`` bars (the first ranks first); the title says
-    when bars were left out.
+    TFLOP/s, bytes, algorithm, micro-batch, layer ...).
+
+    At most ``max_ranks`` ranks (:func:`timeline_ranks`) and about ``max_slices`` bars, so
+    the page stays responsive: ranks are taken whole, the critical rank first, then in rank
+    order while they fit; if the critical rank alone has more tasks, its first
+    ``max_slices`` are drawn. The title says what was left out.
     """
-    chosen = timeline_ranks(result, ranks, max_ranks)
-    wanted = set(chosen)
+    candidates = timeline_ranks(result, ranks, max_ranks)
+    wanted = set(candidates)
     by_rank: dict[int, list[Row]] = defaultdict(list)
     for r in result.rows:
         if r.rank in wanted:
             by_rank[r.rank].append(r)
+    critical = result.breakdown.rank
+    preference = sorted(candidates, key=lambda rank: (rank != critical, rank))
+    chosen: list[int] = []
+    budget = max_slices
+    for rank in preference:
+        if not chosen or len(by_rank[rank]) <= budget:
+            chosen.append(rank)
+            budget -= len(by_rank[rank])
+    chosen.sort()
+    left_out = [rank for rank in candidates if rank not in chosen]
     order: list[str] = []
     bars: dict[str, dict[str, list[Any]]] = defaultdict(lambda: {"y": [], "base": [], "x": [], "custom": []})
     shown = total = 0
@@ -93,6 +106,8 @@ def timeline_figure(result: Any, *, ranks: Iterable[int] | None = None, max_rank
         rank_label(result.facts, r).split(" for ")[0] for r in chosen)
     if shown < total:
         title += f" (first {shown} of {total} tasks)"
+    if left_out:
+        title += f"<br>ranks {', '.join(map(str, left_out))} left out to keep the page light"
     fig.add_vline(x=step_ms, line={"dash": "dash", "color": "#555"})
     fig.update_layout(
         template=TEMPLATE, title=title, barmode="overlay", bargap=0.15, height=140 + 26 * len(order),
