@@ -19,7 +19,10 @@ The layout follows what users know from the PyTorch profiler:
   process;
 * ``otherData``: simulator version, scenario name and hash, calibration, layout, step time.
 
-Timestamps are microseconds with nanosecond resolution (``round(t_s * 1e6, 3)``).
+Timestamps are microseconds with nanosecond resolution (``round(t_s * 1e6, 3)``). Process
+metadata uses ``tid`` 0 as Kineto does; every other event sits on a thread ``tid >= 1``
+(Perfetto treats thread 0 as the kernel's idle thread), counters on the ``iteration``
+thread of their process.
 
 :func:`write_hta_traces` writes the other layout: one file per rank as Holistic Trace
 Analysis (HTA) reads it, i.e. a Kineto-like trace with ``distributedInfo.rank``, GPU
@@ -267,15 +270,15 @@ def _memory_events(result: Any, facts: RunFacts, rank: int, rows: list[Row]) -> 
         states[_us(t_s)] = cats
     events: list[dict[str, Any]] = []
     for ts, cats in sorted(states.items()):
-        by_cat = {c: round(max(0.0, cats.get(c, 0.0)) / GiB, 6) for c in MEMORY_CATEGORIES}
-        total = round(max(0.0, sum(cats.values())) / GiB, 6)
-        events.append({"ph": "C", "name": MEMORY_COUNTER, "pid": rank, "tid": 0, "ts": ts, "args": by_cat})
-        events.append({"ph": "C", "name": MEMORY_TOTAL_COUNTER, "pid": rank, "tid": 0, "ts": ts,
+        by_cat = {c: round(cats.get(c, 0.0) / GiB, 6) for c in MEMORY_CATEGORIES}  # unclamped: < 0 is a bug
+        total = round(sum(cats.values()) / GiB, 6)
+        events.append({"ph": "C", "name": MEMORY_COUNTER, "pid": rank, "tid": ITERATION_TID, "ts": ts, "args": by_cat})
+        events.append({"ph": "C", "name": MEMORY_TOTAL_COUNTER, "pid": rank, "tid": ITERATION_TID, "ts": ts,
                        "args": {"total": total}})
     for m in result.memory:
         if m.rank == rank and m.peak_bytes > m.capacity_bytes:
             first_over = min(ts for ts, cats in states.items() if sum(cats.values()) > m.capacity_bytes)
-            events.append({"ph": "i", "s": "p", "name": "OOM", "cat": "memory", "pid": rank, "tid": 0,
+            events.append({"ph": "i", "s": "p", "name": "OOM", "cat": "memory", "pid": rank, "tid": ITERATION_TID,
                            "ts": first_over,
                            "args": {"first_exceeds_capacity_us": first_over, "peak_us": _us(m.peak_time_s),
                                     "peak_GiB": round(m.peak_bytes / GiB, 3),
@@ -322,6 +325,7 @@ def _link_events(link_load: LinkLoad | None, facts: RunFacts, max_links: int) ->
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
          "args": {"name": f"network: {len(chosen)} busiest link classes (utilisation of one link)"}},
         {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": ITERATION_TID, "args": {"name": "link utilisation"}},
     ]
     util = np.round(100.0 * link_load.dense_utilisation(chosen), 4)
     times_us = np.round(link_load.times_s / MICROSECOND, 3)
@@ -333,9 +337,9 @@ def _link_events(link_load: LinkLoad | None, facts: RunFacts, max_links: int) ->
         column = util[:, j]
         changed = np.append(True, column[1:] != column[:-1])
         for ts, value in zip(times_us[changed].tolist(), column[changed].tolist(), strict=True):
-            events.append({"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": ts, "args": {LINK_COUNTER_ARG: value}})
+            events.append({"ph": "C", "name": name, "pid": pid, "tid": ITERATION_TID, "ts": ts, "args": {LINK_COUNTER_ARG: value}})
         if column[-1] != 0.0 and end_us > times_us[-1]:
-            events.append({"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": end_us,
+            events.append({"ph": "C", "name": name, "pid": pid, "tid": ITERATION_TID, "ts": end_us,
                            "args": {LINK_COUNTER_ARG: 0.0}})
     return events
 
