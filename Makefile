@@ -21,7 +21,10 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.run-installed
 	@mkdir -p $(OUT)
-	$(BIN)/dtsim run scenarios/quickstart.yaml
+	$(BIN)/dtsim run scenarios/quickstart.yaml --report $(OUT)/quickstart.html --trace $(OUT)/quickstart.json.gz
+	$(BIN)/dtsim run scenarios/quickstart.yaml --set parallelism.tp=2 --set parallelism.pp=2 --quiet \
+		--report $(OUT)/quickstart-tp2-pp2.html --trace $(OUT)/quickstart-tp2-pp2.json.gz
+	@echo "open $(abspath $(OUT))/quickstart.html in a browser; load the .json.gz traces in https://ui.perfetto.dev"
 
 test: $(VENV)/.test-installed lint typecheck unit
 

@@ -57,6 +57,8 @@ def run(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the full result as JSON")] = None,
     trace: Annotated[Path | None, typer.Option("--trace", help="write a Chrome/Perfetto trace (.json or .json.gz)")] = None,
     trace_ranks: Annotated[str | None, typer.Option("--trace-ranks", help="ranks to trace, e.g. 0-7,1024")] = None,
+    hta: Annotated[Path | None, typer.Option("--hta", help="write one Holistic Trace Analysis trace per rank "
+                                             "(rank<R>.json.gz) into this directory; --trace-ranks selects")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="write a self-contained HTML report")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no summary table")] = False,
 ) -> None:
@@ -64,7 +66,7 @@ def run(
     import simulator
 
     sc = _guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
-    needs_series = report is not None or trace is not None
+    needs_series = report is not None or trace is not None  # link-load time series for counters and heatmap
     result = _guard(lambda: simulator.simulate(sc, record_series=needs_series))
     if not quiet:
         _print_summary(result, sc)
@@ -72,12 +74,17 @@ def run(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(result.model_dump_json(indent=2))
         console.print(f"result written to {json_path}")
+    ranks = _guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
     if trace is not None:
         from simulator.results.trace import write_trace
 
-        ranks = _guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
-        write_trace(result, trace, ranks=ranks)
+        _guard(lambda: write_trace(result, trace, ranks=ranks))
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if hta is not None:
+        from simulator.results.trace import write_hta_traces
+
+        paths = _guard(lambda: write_hta_traces(result, hta, ranks=ranks))
+        console.print(f"{len(paths)} HTA trace(s) written to {hta} (hta.trace_analysis.TraceAnalysis(trace_dir=...))")
     if report is not None:
         from simulator.viz.report import write_report
 

@@ -145,6 +145,7 @@ def _facts(scenario: Scenario, builder: WorkloadBuilder, program: Program, run: 
         network_recomputations=run.network.recomputations,
         symmetry=scenario.sim.symmetry,
         network_mode=scenario.sim.network,
+        gpus_per_node=builder.gpus_per_node,
     )
 
 

@@ -27,6 +27,10 @@ __all__ = [
     "MiB",
     "GiB",
     "TiB",
+    "MICROSECOND",
+    "MILLISECOND",
+    "GIGA",
+    "TERA",
     "UnitError",
     "parse_bytes",
     "parse_rate",
@@ -46,6 +50,10 @@ KiB: Final = 1024
 MiB: Final = 1024**2
 GiB: Final = 1024**3
 TiB: Final = 1024**4
+MICROSECOND: Final = 1e-6  # s (Chrome trace timestamps are microseconds)
+MILLISECOND: Final = 1e-3  # s
+GIGA: Final = 1e9
+TERA: Final = 1e12
 
 _SI: Final = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _IEC: Final = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}

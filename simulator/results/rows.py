@@ -74,4 +74,5 @@ class RunFacts:
     network_recomputations: int = 0
     symmetry: str = "auto"
     network_mode: str = "flow"
+    gpus_per_node: int = 0  # rank r sits on node r // gpus_per_node, local GPU r % gpus_per_node (0: unknown)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,152 @@
+"""One self-contained HTML report of a run: summary, figures, scenario.
+
+plotly.js is embedded once, inline, so the file opens offline and can be mailed around.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from simulator.units import MILLISECOND, format_bytes, format_time
+from simulator.viz.breakdown import breakdown_figure
+from simulator.viz.links import link_heatmap_figure, top_links_figure
+from simulator.viz.memory import memory_figure
+from simulator.viz.timeline import timeline_figure
+
+__all__ = ["write_report", "report_html", "summary_rows", "report_figures"]
+
+_PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1280px;
+       padding: 0 1rem; color: #222; }
+h1 { font-size: 1.5rem; margin-bottom: .2rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
+.sub { color: #666; font-size: .9rem; }
+table.summary { border-collapse: collapse; margin-top: 1rem; }
+table.summary td { padding: .25rem .8rem; border-bottom: 1px solid #eee; vertical-align: top; }
+table.summary td:first-child { font-weight: 600; white-space: nowrap; }
+.oom { color: #c00; font-weight: 700; } .ok { color: #080; }
+pre.scenario { background: #f6f6f6; padding: 1rem; overflow-x: auto; font-size: .8rem; }
+.figure { margin-top: 1rem; }
+"""
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
+
+
+def summary_rows(result: Any, scenario: Any) -> list[tuple[str, str]]:
+    """(metric, value) pairs of the summary table, as plain text."""
+    par = scenario.parallelism
+    cluster = scenario.cluster
+    step = result.step_time_s
+    layout = f"tp {par.tp} x pp {par.pp} x cp {par.cp} x dp {result.dp}, sharding {par.sharding}"
+    if par.pp > 1:
+        layout += f", {par.pipeline_schedule}" + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
+    mem = max(result.memory, key=lambda m: m.peak_bytes)
+    b = result.breakdown
+    rows = [
+        ("cluster", f"{cluster.n_nodes} x {cluster.node_type.name} = {result.world_size} x {cluster.gpu_name}"),
+        ("layout", layout),
+        ("batch", f"micro-batch {scenario.training.micro_batch} x {result.micro_batches} micro-batches x dp "
+                  f"{result.dp} = {result.global_batch} sequences of {scenario.model.seq_len} tokens, "
+                  f"{scenario.training.precision}, recompute {scenario.training.recompute}"),
+        ("model", f"{scenario.model.label}: {result.params / 1e9:.2f} B parameters"),
+        ("step time", format_time(step)),
+        ("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s)"),
+        ("per GPU", f"{result.tflops_per_gpu:.1f} TFLOP/s model, {result.hardware_tflops_per_gpu:.1f} hardware; "
+                    f"MFU {100 * result.mfu:.1f}%, HFU {100 * result.hfu:.1f}%"),
+        ("peak memory", f"{format_bytes(mem.peak_bytes)} of {format_bytes(mem.capacity_bytes)} (rank {mem.rank}): "
+                        + ("OUT OF MEMORY" if result.oom else "fits")),
+    ]
+    if result.oom_detail is not None:
+        rows.append(("", result.oom_detail.message))
+    rows.append(("critical rank", f"rank {b.rank} (stage {b.stage})"))
+    rows.append(("  compute", f"{format_time(b.compute_s)} ({_pct(b.compute_s, step)})"))
+    for kind, value in b.exposed_comm_s.items():
+        rows.append((f"  exposed {kind} comm", f"{format_time(value)} ({_pct(value, step)}), in flight "
+                                               f"{format_time(b.comm_s.get(kind, 0.0))}"))
+    if b.bubble_s > 0:
+        rows.append(("  pipeline bubble", f"{format_time(b.bubble_s)} ({_pct(b.bubble_s, step)})"))
+    if b.idle_s > 0:
+        rows.append(("  idle", f"{format_time(b.idle_s)} ({_pct(b.idle_s, step)})"))
+    for link in result.links[:3]:
+        rows.append(("busy link", f"{link.label}: {100 * link.utilisation:.0f}% of {link.kind} capacity"))
+    rows += [
+        ("calibration", result.calibration),
+        ("FLOPs convention", result.flops_convention),
+        ("engine", f"{result.engine.get('tasks')} tasks on {result.engine.get('simulated_ranks')} simulated ranks, "
+                   f"{result.engine.get('network')} network, symmetry {result.engine.get('symmetry')}"),
+        ("simulator", f"dtsim {result.simulator_version}, scenario hash {result.scenario_hash[:16]}"),
+    ]
+    return rows
+
+
+def report_figures(result: Any) -> list[tuple[str, Any]]:
+    """(section title, plotly figure) of every figure in the report, in order."""
+    return [
+        ("Time breakdown", breakdown_figure(result)),
+        ("Timeline", timeline_figure(result)),
+        ("Memory", memory_figure(result)),
+        ("Link utilisation", link_heatmap_figure(result)),
+        ("Busiest links", top_links_figure(result)),
+    ]
+
+
+def report_html(result: Any, scenario: Any) -> str:
+    """The report as one HTML string: title, summary table, figures (plotly.js inline,
+    once, in the head), and the resolved scenario as JSON."""
+    title = html.escape(result.name)
+    table = "\n".join(
+        f"<tr><td>{html.escape(k)}</td><td{_cls(k, v)}>{html.escape(v)}</td></tr>" for k, v in summary_rows(result, scenario)
+    )
+    sections = []
+    for i, (heading, fig) in enumerate(report_figures(result)):
+        div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"figure-{i}", config=_PLOTLY_CONFIG)
+        sections.append(f'<h2>{html.escape(heading)}</h2>\n<div class="figure">{div}</div>')
+    scenario_json = json.dumps(scenario.model_dump(mode="json", by_alias=True), indent=2)
+    step_ms = result.step_time_s / MILLISECOND
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>dtsim: {title}</title>
+<style>{_CSS}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head>
+<body>
+<h1>{title}</h1>
+<div class="sub">one training iteration: {step_ms:.1f} ms · dtsim {html.escape(result.simulator_version)} ·
+scenario {html.escape(result.scenario_hash[:16])} · {html.escape(result.calibration)}</div>
+<table class="summary">
+{table}
+</table>
+{chr(10).join(sections)}
+<h2>Scenario (resolved)</h2>
+<pre class="scenario">{html.escape(scenario_json, quote=False)}</pre>
+</body>
+</html>
+"""
+
+
+def _cls(key: str, value: str) -> str:
+    if key == "peak memory":
+        return ' class="oom"' if value.endswith("OUT OF MEMORY") else ' class="ok"'
+    return ""
+
+
+def write_report(result: Any, scenario: Any, path: str | Path) -> Path:
+    """Write :func:`report_html` of ``result`` (simulated from ``scenario``) to ``path``.
+
+    The link heatmap needs ``result`` from ``simulate(scenario, record_series=True)``;
+    without it that figure says the loads were not recorded."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report_html(result, scenario), encoding="utf-8")
+    return out
