@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+from simulator.results.rows import expand_fused
 from trace_checks import MS, slices_of, synthetic_result, trace_problems, union_us
 
 import simulator
@@ -183,7 +185,7 @@ def test_trace_is_valid(name: str, request: pytest.FixtureRequest) -> None:
     assert trace_problems(doc) == []
     json.dumps(doc, allow_nan=False)  # strict JSON, no NaN / Infinity
     # one slice per row plus one ProfilerStep per traced rank
-    assert len(_by(doc, "X")) == len(result.rows) + len(result.facts.represents)
+    assert len(_by(doc, "X")) == len(expand_fused(result.rows)) + len(result.facts.represents)
 
 
 def test_trace_validator_catches_problems() -> None:
@@ -299,7 +301,7 @@ def test_large_cluster_trace_stays_bounded_with_rank_subsetting() -> None:
     assert trace_problems(subset) == []
     pids = {e["pid"] for e in _by(subset, "X")}
     assert pids == set(range(8))
-    rows_0_7 = sum(1 for r in result.rows if r.rank < 8)
+    rows_0_7 = len(expand_fused([r for r in result.rows if r.rank < 8]))
     assert len(_by(subset, "X")) == rows_0_7 + 8
     assert len({e["name"] for e in _by(subset, "C") if e["pid"] == 64}) <= 4
     assert len(json.dumps(subset)) < len(json.dumps(full)) / 5

@@ -76,3 +76,33 @@ class RunFacts:
     network_mode: str = "flow"
     gpus_per_node: int = 0  # rank r sits on node r // gpus_per_node, local GPU r % gpus_per_node (0: unknown)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def expand_fused(rows: list[Row]) -> list[Row]:
+    """Rows with every fused run of layers replaced by its inner slices.
+
+    The engine runs a chain of layers whose collectives are private to their group as one
+    task; its ``meta["parts"]`` keeps the inner timeline: (name, category, offset_s,
+    duration_s, op, nbytes, ranks). Kernels become compute rows on the task's stream,
+    collectives rows on a stream named after their group (``tp``, ``cp``). The task's memory
+    changes (absolute times) ride on its first slice, so memory timelines are unchanged.
+    """
+    out: list[Row] = []
+    for row in rows:
+        parts = (row.meta or {}).get("parts") if row.category == "compute" else None
+        if not parts:
+            out.append(row)
+            continue
+        base = {k: v for k, v in (row.meta or {}).items()
+                if k not in ("parts", "compute_s", "comm_s", "exposed_s", "flops", "units")}
+        base["fused"] = row.name
+        mem = row.mem
+        for name, category, offset, duration, op, nbytes, ranks in parts:
+            start = row.start_s + offset
+            if op:
+                comm = {"op": op, "bytes": nbytes, "count": 1, "ranks": ranks, "algorithm": None, "protocol": None}
+                out.append(Row(row.rank, category, name, category, start, start + duration, dict(base), mem, comm))
+            else:
+                out.append(Row(row.rank, row.stream, name, "compute", start, start + duration, dict(base), mem))
+            mem = ()
+    return out

@@ -52,7 +52,7 @@ import numpy as np
 from simulator.results.link_load import LinkLoad
 from simulator.results.metrics import MEMORY_CATEGORIES, memory_timeline
 from simulator.results.ranks import format_rank_ranges, rank_label, represented_ranks, select_ranks
-from simulator.results.rows import Row, RunFacts
+from simulator.results.rows import Row, RunFacts, expand_fused
 from simulator.units import GIGA, MICROSECOND, TERA, GiB
 
 __all__ = [
@@ -221,6 +221,8 @@ def trace_document(
     by_rank: dict[int, list[Row]] = defaultdict(list)
     for r in rows:
         by_rank[r.rank].append(r)
+    for rank in chosen:  # fused runs of layers become their kernels and collectives
+        by_rank[rank] = expand_fused(by_rank[rank])
     step_us = _us(result.step_time_s)
     events: list[dict[str, Any]] = []
     tid_of: dict[tuple[int, int], int] = {}  # (rank, row index in by_rank) -> tid
@@ -435,7 +437,7 @@ def hta_document(result: Any, rank: int, *, step: int = 0) -> dict[str, Any]:
     facts: RunFacts = result.facts
     if rank not in facts.represents:
         raise ValueError(f"rank {rank} was not simulated (simulated: {sorted(facts.represents)})")
-    rows = [r for r in result.rows if r.rank == rank]
+    rows = expand_fused([r for r in result.rows if r.rank == rank])
     device = rank % facts.gpus_per_node if facts.gpus_per_node > 0 else 0
     cpu_pid = HTA_CPU_PID_OFFSET + rank
     _, names, row_tid = _threads(rows)

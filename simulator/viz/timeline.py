@@ -9,7 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from simulator.results.ranks import rank_label, select_ranks
-from simulator.results.rows import Row
+from simulator.results.rows import Row, expand_fused
 from simulator.results.trace import STREAM_ORDER, assign_lanes, row_args
 from simulator.units import MILLISECOND
 from simulator.viz.style import TEMPLATE, colour
@@ -59,6 +59,8 @@ def timeline_figure(result: Any, *, ranks: Iterable[int] | None = None, max_rank
     for r in result.rows:
         if r.rank in wanted:
             by_rank[r.rank].append(r)
+    for rank in wanted:  # fused runs of layers are drawn as their kernels and collectives
+        by_rank[rank] = expand_fused(by_rank[rank])
     critical = result.breakdown.rank
     preference = sorted(candidates, key=lambda rank: (rank != critical, rank))
     chosen: list[int] = []
