@@ -11,14 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from simulator.results.rows import expand_fused
 from trace_checks import MS, slices_of, synthetic_result, trace_problems, union_us
 
 import simulator
 from simulator.errors import ScenarioError
 from simulator.results.link_load import LinkLoad
 from simulator.results.ranks import format_rank_ranges, select_ranks
+from simulator.results.rows import expand_fused
 from simulator.results.trace import (
     MEMORY_COUNTER,
     MEMORY_TOTAL_COUNTER,
