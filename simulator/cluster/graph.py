@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import networkx as nx
 
@@ -25,9 +25,8 @@ __all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind"]
 VertexKind = Literal["gpu", "nvswitch", "pcie", "cpu", "nic", "leaf", "spine", "switch"]
 
 
-@dataclass(frozen=True, slots=True)
-class Link:
-    """One direction of a physical link.
+class Link(NamedTuple):
+    """One direction of a physical link (a named tuple: hundreds of thousands are built).
 
     ``capacity_bytes_per_s`` is what NCCL-style traffic can use: the line rate times the
     transport's efficiency (protocol overhead). ``tier`` groups links of the same role
@@ -51,8 +50,7 @@ class Link:
         return self.bandwidth_bytes_per_s * self.efficiency
 
 
-@dataclass(frozen=True, slots=True)
-class Vertex:
+class Vertex(NamedTuple):
     name: str
     kind: VertexKind
     node: int | None  # the node it belongs to; None for fabric switches
@@ -105,15 +103,21 @@ class ClusterGraph:
         owner = self.vertices[src].node
         if owner is None:
             owner = self.vertices[dst].node
-        for a, b, t in ((src, dst, tier), (dst, src, reverse_tier or tier)) if both_ways else ((src, dst, tier),):
-            slot = 0
-            if owner is not None:
-                slot = self._node_slots.get(owner, 0)
-                self._node_slots[owner] = slot + 1
-            link = Link(len(self.links), a, b, kind, bandwidth_bytes_per_s, efficiency, latency_s, t, rail, owner, slot)
-            self.links.append(link)
-            self._out[a].append(link.id)
-            self._pair[(a, b)] = link.id
+        self._add_one(src, dst, kind, bandwidth_bytes_per_s, efficiency, latency_s, tier, rail, owner)
+        if both_ways:
+            self._add_one(dst, src, kind, bandwidth_bytes_per_s, efficiency, latency_s, reverse_tier or tier, rail,
+                          owner)
+
+    def _add_one(self, a: str, b: str, kind: LinkKind, bandwidth: float, efficiency: float, latency: float,
+                 tier: str, rail: int | None, owner: int | None) -> None:
+        slot = 0
+        if owner is not None:
+            slot = self._node_slots.get(owner, 0)
+            self._node_slots[owner] = slot + 1
+        link_id = len(self.links)
+        self.links.append(Link(link_id, a, b, kind, bandwidth, efficiency, latency, tier, rail, owner, slot))
+        self._out[a].append(link_id)
+        self._pair[(a, b)] = link_id
 
     # -- queries -------------------------------------------------------------------------
 

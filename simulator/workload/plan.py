@@ -29,7 +29,7 @@ from simulator.costs.memory import (
     model_state_bytes_per_param,
 )
 from simulator.scenario.spec import Scenario
-from simulator.units import GiB
+from simulator.units import GiB, MiB
 from simulator.workload import sharding
 from simulator.workload.data_parallel import Param
 from simulator.workload.model import Shard, kernels_time_s, optimizer_kernel
@@ -43,6 +43,9 @@ __all__ = ["WorkloadBuilder", "ModelLayout", "Chunk", "CUDA_CONTEXT_BYTES", "blo
 # Estimate: ~0.5 GiB context on recent drivers plus workspaces; shows up in every rank's
 # "other" memory so an OOM verdict is not optimistic.
 CUDA_CONTEXT_BYTES = 1.0 * GiB
+
+# Below this size a collective is latency-bound; its siblings' copies are not placed on links.
+SMALL_COLLECTIVE_BYTES = 1 * MiB
 
 
 def block_ranks(mesh: Mesh, gpus_per_node: int) -> int:
@@ -293,9 +296,14 @@ class WorkloadBuilder:
 
     def comm(self, rank: int, op: str, axis: Axis, nbytes: float, *, algorithm: str | None = None,
              count: int = 1) -> CommOp:
-        """A collective of ``rank``'s ``axis`` group, standing for its siblings' identical ones."""
-        return CommOp(op, self.mesh.group(rank, axis), nbytes, _stream_of_axis(axis), self.instances(rank, axis),
-                      algorithm, count)
+        """A collective of ``rank``'s ``axis`` group, standing for its siblings' identical ones.
+
+        Latency-bound collectives (under ``SMALL_COLLECTIVE_BYTES``, e.g. a gradient-norm
+        all-reduce) put negligible load on links: only the issuing group's flows are placed.
+        """
+        group = self.mesh.group(rank, axis)
+        instances = (group,) if nbytes * count < SMALL_COLLECTIVE_BYTES else self.instances(rank, axis)
+        return CommOp(op, group, nbytes, _stream_of_axis(axis), instances, algorithm, count)
 
     # -- building --------------------------------------------------------------------------
 
