@@ -1,0 +1,111 @@
+"""Simulate every published run and compare: the ``dtsim validate`` engine.
+
+Errors are ``predicted / measured - 1`` on the step time. The summary gives the mean
+absolute percentage error (MAPE) and the worst record per source and overall, and the
+collective error against the nccl-tests curve (sizes from 1 MiB up, where the issue asks
+for 20%).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.validation.records import CommRecord, Record, load_comm_records, load_records
+
+__all__ = ["RecordResult", "CommResult", "Validation", "validate", "validate_record", "COMM_MIN_BYTES"]
+
+COMM_MIN_BYTES = 2**20
+
+
+@dataclass
+class RecordResult:
+    record: Record
+    predicted_step_s: float
+    mfu: float
+    oom: bool
+    breakdown: dict[str, float]
+
+    @property
+    def error(self) -> float:
+        return self.predicted_step_s / self.record.measured_step_s - 1
+
+
+@dataclass
+class CommResult:
+    record: CommRecord
+    predicted_s: float
+    algorithm: str
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.record.measured_s - 1
+
+
+@dataclass
+class Validation:
+    records: list[RecordResult] = field(default_factory=list)
+    comm: list[CommResult] = field(default_factory=list)
+
+    def by_source(self) -> dict[str, list[RecordResult]]:
+        out: dict[str, list[RecordResult]] = defaultdict(list)
+        for r in self.records:
+            out[r.record.source].append(r)
+        return dict(out)
+
+    @staticmethod
+    def mape(errors: list[float]) -> float:
+        return statistics.fmean(abs(e) for e in errors) if errors else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        per_source = {
+            source: {"records": len(rs), "mape": self.mape([r.error for r in rs]),
+                     "max_abs_error": max(abs(r.error) for r in rs), "mean_error": statistics.fmean(r.error for r in rs)}
+            for source, rs in sorted(self.by_source().items())
+        }
+        errors = [r.error for r in self.records]
+        comm = [c.error for c in self.comm if c.record.nbytes >= COMM_MIN_BYTES]
+        return {
+            "per_source": per_source,
+            "overall": {"records": len(errors), "mape": self.mape(errors),
+                        "max_abs_error": max((abs(e) for e in errors), default=0.0)},
+            "collectives": {"points": len(comm), "mape": self.mape(comm),
+                            "max_abs_error": max((abs(e) for e in comm), default=0.0),
+                            "min_bytes": COMM_MIN_BYTES},
+        }
+
+
+def validate_record(record: Record) -> RecordResult:
+    import simulator
+
+    result = simulator.simulate(simulator.Scenario.model_validate(record.scenario))
+    b = result.breakdown
+    breakdown = {"compute": b.compute_s, "bubble": b.bubble_s, "idle": b.idle_s,
+                 **{f"exposed {k}": v for k, v in b.exposed_comm_s.items()}}
+    return RecordResult(record, result.step_time_s, result.mfu, result.oom, breakdown)
+
+
+def validate_comm(record: CommRecord) -> CommResult:
+    from simulator.run import collective_choice, simulate_collective
+
+    cluster = {"node": record.node, "nodes": record.nodes}
+    seconds = simulate_collective(cluster, record.op, record.nbytes)
+    return CommResult(record, seconds, collective_choice(cluster, record.op, record.nbytes))
+
+
+def validate(*, sources: set[str] | None = None,
+             progress: Callable[[str], None] | None = None) -> Validation:
+    """Simulate every training record (of ``sources``) and every collective record."""
+    out = Validation()
+    for record in load_records():
+        if sources and record.source not in sources:
+            continue
+        out.records.append(validate_record(record))
+        if progress:
+            progress(record.id)
+    for comm in load_comm_records():
+        out.comm.append(validate_comm(comm))
+    return out
