@@ -338,6 +338,9 @@ class TrainingSpec(Frozen):
     precision: Precision = Field("bf16", description="compute precision; fp16/bf16/fp8 use fp32 master weights")
     recompute: Recompute = Field("none", description="activation recomputation (Korthikanti et al. 2022)")
     flash_attention: bool = Field(True, description="fused attention that never stores the s x s scores")
+    flash_attention_version: Literal[1, 2, 3] = Field(
+        2, description="FlashAttention generation (kernel speed): 1 (2022), 2 (2023, default), 3 (2024, Hopper only)"
+    )
     optimizer: Literal["adam", "sgd"] = Field("adam", description="adam: K = 12 bytes/param of fp32 states")
     grad_reduce_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="dtype of gradient reductions; auto = the parameters' training dtype"
@@ -407,6 +410,11 @@ class Scenario(Frozen):
             )
         self._check_pipeline()
         self._check_sharding()
+        if train.flash_attention_version == 3 and cluster.gpu_spec.architecture != "hopper":
+            raise InfeasibleError(
+                f"FlashAttention-3 needs a Hopper GPU ({cluster.gpu_spec.full_name} is {cluster.gpu_spec.architecture})",
+                field="training.flash_attention_version",
+            )
         peak = cluster.gpu_spec.peak_flops_per_s(train.precision)
         if peak is None:
             raise InfeasibleError(

@@ -31,6 +31,12 @@ __all__ = ["Kernel", "Shard", "block_forward", "block_backward", "embedding_forw
 # dK) against 2 (Dao 2023, "FlashAttention-2", §3.1).
 FLASH_BWD_FLOP_RATIO = 2.5
 
+# Speed of each FlashAttention generation relative to the efficiency tables (which describe
+# FlashAttention-2): FlashAttention-2 is "around 2x faster" than FlashAttention, which reached
+# "25-40% of the theoretical maximum FLOPs/s" on A100 (Dao 2023, abstract and §4); FlashAttention-3
+# is "1.5-2.0x faster than FlashAttention-2" in FP16 on H100 (Shah et al. 2024, abstract): 1.5.
+FLASH_VERSION_SPEED = {1: 0.5, 2: 1.0, 3: 1.5}
+
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
@@ -53,6 +59,7 @@ class Shard:
     sequence_parallel: bool = False
     flash: bool = True
     precision: str = "bf16"
+    flash_version: int = 2
 
     @property
     def tokens(self) -> float:
@@ -178,7 +185,7 @@ def optimizer_kernel(n_params: float, precision: str, optimizer: str) -> Kernel:
     return _memory("optimizer", n_params * per, "optimizer")
 
 
-def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str) -> float:
+def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, flash_version: int = 2) -> float:
     """Roofline time of one kernel (GEMMs use the precision's tensor-core peak)."""
     if kernel.kind == "gemm":
         assert kernel.mnk is not None
@@ -188,9 +195,10 @@ def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str) ->
     if kernel.kind == "attention":
         backward = kernel.name.endswith(".bwd")
         attn_precision = "bf16" if precision == "fp8" else precision
-        return cc.attention_time_s(profile, kernel.flops, kernel.nbytes, attn_precision, backward=backward)
+        speed = FLASH_VERSION_SPEED[flash_version]
+        return cc.attention_time_s(profile, kernel.flops / speed, kernel.nbytes, attn_precision, backward=backward)
     return cc.memory_time_s(profile, kernel.nbytes)
 
 
-def kernels_time_s(profile: cc.ComputeProfile, kernels: list[Kernel], precision: str) -> float:
-    return sum(kernel_time_s(profile, k, precision) for k in kernels)
+def kernels_time_s(profile: cc.ComputeProfile, kernels: list[Kernel], precision: str, flash_version: int = 2) -> float:
+    return sum(kernel_time_s(profile, k, precision, flash_version) for k in kernels)

@@ -178,7 +178,7 @@ class WorkloadBuilder:
         par, train = scenario.parallelism, scenario.training
         self.shard = Shard(batch=train.micro_batch, seq=scenario.model.seq_len, tp=par.tp, cp=par.cp,
                            sequence_parallel=par.sequence_parallel and par.tp > 1, flash=train.flash_attention,
-                           precision=train.precision)
+                           precision=train.precision, flash_version=train.flash_attention_version)
         self.pb = ProgramBuilder()
         self._steps: dict[tuple[str, str], list[TimedStep]] = {}
         self._instances: dict[tuple[int, str], tuple[tuple[int, ...], ...]] = {}
@@ -226,7 +226,7 @@ class WorkloadBuilder:
         precision = self.sc.training.precision
         for step in steps:
             if isinstance(step, ComputeStep):
-                duration = kernels_time_s(self.profile, list(step.kernels), precision)
+                duration = kernels_time_s(self.profile, list(step.kernels), precision, self.shard.flash_version)
                 out.append(TimedStep(step, duration, sum(k.flops for k in step.kernels)))
             else:
                 out.append(TimedStep(step))
