@@ -49,7 +49,8 @@ def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
     block = block_ranks(mesh, cluster.gpus_per_node) if symmetric else None
     classes = LinkClasses(cluster, None if block is None else block // cluster.gpus_per_node)
     resolver = CommResolver(cluster, planner, classes, model, block_ranks=block)
-    run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series)
+    run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series,
+                      overlap_slowdown=builder.overlap_slowdown)
     facts = _facts(scenario, builder, program, run, profile.name, profile.calibrated, cluster.gpu)
     result = compute_result(_rows(program, run), facts, _link_stats(classes, run))
     result._series = _link_series(classes, run) if record_series else None

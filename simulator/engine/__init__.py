@@ -12,9 +12,12 @@ from simulator.workload.tasks import Program
 __all__ = ["run_program", "Engine", "EngineRun", "Network", "PhaseLoad", "CommResolver", "LinkClasses", "Resolved"]
 
 
-def run_program(program: Program, resolver: CommResolver, *, mode: str = "flow",
-                record_series: bool = False) -> EngineRun:
-    """Execute ``program`` on a fresh simpy environment and return the recorded times."""
+def run_program(program: Program, resolver: CommResolver, *, mode: str = "flow", record_series: bool = False,
+                overlap_slowdown: float = 0.0) -> EngineRun:
+    """Execute ``program`` on a fresh simpy environment and return the recorded times.
+
+    ``overlap_slowdown``: compute runs ``1 + overlap_slowdown`` times longer while a collective
+    of the same GPU is in flight."""
     env = simpy.Environment()
     network = Network(env, resolver.classes.capacity, mode=mode, record_series=record_series)
-    return Engine(program, resolver, network).run()
+    return Engine(program, resolver, network, slowdown=overlap_slowdown).run()

@@ -34,8 +34,22 @@ class EngineRun:
     events: int
 
 
+@dataclass
+class _Running:
+    """A compute task in progress: remaining work (seconds at full speed) and its current rate."""
+
+    task_ids: list[int]
+    work: float
+    since: float
+    rate: float
+    version: int = 0
+
+
 class Engine:
-    def __init__(self, program: Program, resolver: CommResolver, network: Network) -> None:
+    """Runs a program; ``slowdown`` is how much longer compute takes while a collective of the
+    same GPU is in flight (NCCL kernels take SMs and memory bandwidth)."""
+
+    def __init__(self, program: Program, resolver: CommResolver, network: Network, *, slowdown: float = 0.0) -> None:
         self.program = program
         self.resolver = resolver
         self.network = network
@@ -54,6 +68,9 @@ class Engine:
         self.arrived: dict[Hashable, list[int]] = {}
         self.resolved: dict[int, Resolved] = {}
         self.events = 0
+        self.slowdown = slowdown
+        self.in_flight: dict[int, int] = {}
+        self.running: dict[int, _Running] = {}
 
     # -- running -------------------------------------------------------------------------
 
@@ -104,17 +121,73 @@ class Engine:
             self.start[t] = now
         lead = self.program.tasks[task_ids[0]]
         if lead.comm is None:
+            if lead.category == "compute" and lead.duration_s > 0 and self.slowdown > 0:
+                self._start_compute(task_ids)
+                return
             timeout = self.env.timeout(lead.duration_s)
             timeout.callbacks.append(lambda _e: self._finish(task_ids))
             return
         resolved = self.resolver.resolve(lead.comm)
         for t in task_ids:
             self.resolved[t] = resolved
+        if lead.comm.op not in ("d2h", "h2d"):  # copy engines, not SMs
+            for t in task_ids:
+                self._comm_started(self.program.tasks[t].rank)
         self.network.transfer(resolved.phases, lambda: self._finish(task_ids))
+
+    # -- compute slowed by collectives in flight on the same GPU --------------------------------
+
+    def _rate(self, rank: int) -> float:
+        return 1.0 / (1.0 + self.slowdown) if self.in_flight.get(rank, 0) > 0 else 1.0
+
+    def _start_compute(self, task_ids: list[int]) -> None:
+        rank = self.program.tasks[task_ids[0]].rank
+        self.running[rank] = _Running(task_ids, self.program.tasks[task_ids[0]].duration_s, self.env.now,
+                                      self._rate(rank))
+        self._schedule_compute(rank)
+
+    def _schedule_compute(self, rank: int) -> None:
+        run = self.running[rank]
+        run.version += 1
+        version = run.version
+        timeout = self.env.timeout(run.work / run.rate)
+        timeout.callbacks.append(lambda _e: self._compute_done(rank, run, version))
+
+    def _compute_done(self, rank: int, run: _Running, version: int) -> None:
+        if run.version != version:
+            return
+        del self.running[rank]
+        self._finish(run.task_ids)
+
+    def _rate_changed(self, rank: int) -> None:
+        run = self.running.get(rank)
+        if run is None:
+            return
+        now = self.env.now
+        run.work = max(0.0, run.work - (now - run.since) * run.rate)
+        run.since = now
+        run.rate = self._rate(rank)
+        self._schedule_compute(rank)
+
+    def _comm_started(self, rank: int) -> None:
+        count = self.in_flight.get(rank, 0)
+        self.in_flight[rank] = count + 1
+        if count == 0 and self.slowdown > 0:
+            self._rate_changed(rank)
+
+    def _comm_ended(self, rank: int) -> None:
+        count = self.in_flight[rank] - 1
+        self.in_flight[rank] = count
+        if count == 0 and self.slowdown > 0:
+            self._rate_changed(rank)
 
     def _finish(self, task_ids: list[int]) -> None:
         now = self.env.now
         touched: list[tuple[int, str]] = []
+        lead = self.program.tasks[task_ids[0]]
+        if lead.comm is not None and lead.comm.op not in ("d2h", "h2d"):
+            for t in task_ids:
+                self._comm_ended(self.program.tasks[t].rank)
         for t in task_ids:
             self.end[t] = now
             key = self.stream_of[t]

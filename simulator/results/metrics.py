@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from simulator.results.result import Breakdown, CommSummary, LinkUsage, OomDetail, RankMemory, Result
-from simulator.results.rows import LinkStat, Row, RunFacts
+from simulator.results.rows import LinkStat, Row, RunFacts, stretch
 from simulator.units import format_bytes
 
 __all__ = ["compute_result", "merge_intervals", "subtract_intervals", "memory_timeline", "rank_breakdown",
@@ -71,8 +71,9 @@ def rank_breakdown(rows: list[Row], rank: int, stage: int, step_s: float, pipeli
     """Split one rank's step into compute, exposed communication by kind, bubble and idle.
 
     A fused compute task (a run of layers with their private TP/CP collectives) carries its
-    inner split in ``meta``: ``compute_s`` of kernels, ``exposed_s`` (by kind) of collectives
-    on its critical path and ``comm_s`` (by kind) of collectives in flight.
+    inner split in ``meta``: ``exposed_s`` (by kind) of collectives on its critical path and
+    ``comm_s`` (by kind) of collectives in flight; the rest of its duration is compute
+    (including any slowdown from collectives running beside it).
     """
     rows = [r for r in rows if r.category != "marker"]
     busy = merge_intervals((r.start_s, r.end_s) for r in rows if r.category == "compute")
@@ -82,11 +83,15 @@ def rank_breakdown(rows: list[Row], rank: int, stage: int, step_s: float, pipeli
     for r in rows:
         if r.category == "compute":
             meta = r.meta or {}
-            compute_s += float(meta.get("compute_s", r.duration_s))
-            for kind, value in (meta.get("exposed_s") or {}).items():
+            scale = stretch(r)
+            inner = {k: v * scale for k, v in (meta.get("exposed_s") or {}).items()}
+            # the stream is busy for the task's duration (stretched while collectives run beside
+            # it); what is not its own collectives on the critical path is compute
+            compute_s += r.duration_s - sum(inner.values())
+            for kind, value in inner.items():
                 inner_exposed[kind] += value
             for kind, value in (meta.get("comm_s") or {}).items():
-                inner_total[kind] += value
+                inner_total[kind] += value * scale
     by_kind: dict[str, list[Interval]] = defaultdict(list)
     for r in rows:
         if r.category != "compute":

@@ -78,14 +78,22 @@ class RunFacts:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def stretch(row: Row) -> float:
+    """How much longer a fused task ran than its inner timeline (compute slowed by collectives
+    running beside it on the GPU); 1 for other tasks."""
+    nominal = (row.meta or {}).get("nominal_s")
+    return row.duration_s / nominal if nominal else 1.0
+
+
 def expand_fused(rows: list[Row]) -> list[Row]:
     """Rows with every fused run of layers replaced by its inner slices.
 
     The engine runs a chain of layers whose collectives are private to their group as one
     task; its ``meta["parts"]`` keeps the inner timeline: (name, category, offset_s,
     duration_s, op, nbytes, ranks). Kernels become compute rows on the task's stream,
-    collectives rows on a stream named after their group (``tp``, ``cp``). The task's memory
-    changes (absolute times) ride on its first slice, so memory timelines are unchanged.
+    collectives rows on a stream named after their group (``tp``, ``cp``); offsets and durations
+    are stretched with the task (:func:`stretch`). The task's memory changes (absolute times)
+    ride on its first slice, so memory timelines are unchanged.
     """
     out: list[Row] = []
     for row in rows:
@@ -94,11 +102,13 @@ def expand_fused(rows: list[Row]) -> list[Row]:
             out.append(row)
             continue
         base = {k: v for k, v in (row.meta or {}).items()
-                if k not in ("parts", "compute_s", "comm_s", "exposed_s", "flops", "units")}
+                if k not in ("parts", "compute_s", "comm_s", "exposed_s", "flops", "units", "nominal_s")}
         base["fused"] = row.name
         mem = row.mem
+        scale = stretch(row)
         for name, category, offset, duration, op, nbytes, ranks in parts:
-            start = row.start_s + offset
+            start = row.start_s + offset * scale
+            duration *= scale
             if op:
                 comm = {"op": op, "bytes": nbytes, "count": 1, "ranks": ranks, "algorithm": None, "protocol": None}
                 out.append(Row(row.rank, category, name, category, start, start + duration, dict(base), mem, comm))

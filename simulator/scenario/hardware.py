@@ -162,6 +162,7 @@ class NcclConstants(Frozen):
     ring_plateau_factor: float = Field(ge=1)
     tree_correction: dict[str, list[Fraction]]
     simple_step_bytes: Bytes
+    overlap_compute_slowdown: float = Field(ge=0)
 
 
 # ----------------------------------------------------------------------------------------

@@ -354,6 +354,9 @@ class SimSpec(Frozen):
     )
     symmetry: Literal["auto", "off"] = Field("auto", description="auto: simulate identical ranks once")
     seed: int = Field(0, ge=0)
+    overlap_slowdown: float | None = Field(
+        None, ge=0, description="compute slows by this fraction while a collective of the same GPU is in flight; "
+        "default: the measured average in topologies/nccl.yaml (0 = ideal overlap)")
 
 
 # ----------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from simulator.costs.memory import (
     logits_activation_bytes,
     model_state_bytes_per_param,
 )
+from simulator.scenario.hardware import nccl_constants
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB, MiB
 from simulator.workload import sharding
@@ -185,6 +186,8 @@ class WorkloadBuilder:
         self._macros: dict[tuple[str, tuple[str, ...]], Macro] = {}
         self.strategy = sharding.strategy_for(scenario, mesh, self.layout)
         self.comm_time = comm_time or (lambda op, group, nbytes: 0.0)
+        slowdown = scenario.sim.overlap_slowdown
+        self.overlap_slowdown = nccl_constants().overlap_compute_slowdown if slowdown is None else slowdown
         self.node_kind = node_kind
         self.fuse_layers = comm_time is not None and self._layer_comm_private()
 
@@ -494,7 +497,7 @@ class WorkloadBuilder:
             join = ("layers", self.mesh.group(ctx.rank, "tp_cp"), mb, chunk.index, phase, units[0])
         meta = {"mb": mb, "phase": phase, "chunk": chunk.index, "layer": first_layer, "units": (units[0], units[-1]),
                 "flops": macro.flops, "compute_s": macro.compute_s, "comm_s": macro.comm_s,
-                "exposed_s": macro.exposed_s, "parts": macro.parts}
+                "exposed_s": macro.exposed_s, "parts": macro.parts, "nominal_s": macro.duration_s}
         task = self.pb.add(ctx.rank, "compute", name, "compute", duration_s=macro.duration_s, deps=deps, join=join,
                            mem=macro.mem, meta=meta)
         ctx.last_compute = task
@@ -544,9 +547,10 @@ class WorkloadBuilder:
                 compute += timed.duration_s
                 flops += timed.flops
                 longest_axis, longest = max(pending, key=lambda p: p[1], default=("tp", 0.0))
-                t += max(timed.duration_s, longest)
-                if longest > timed.duration_s:  # what the compute step cannot hide
-                    exposed[longest_axis] = exposed.get(longest_axis, 0.0) + longest - timed.duration_s
+                segment = self._overlapped(timed.duration_s, longest)
+                t += segment
+                if longest > 0:  # the part of the segment that is not the kernel's own time
+                    exposed[longest_axis] = exposed.get(longest_axis, 0.0) + segment - timed.duration_s
                 pending = []
             for axis, d in pending:
                 t += d
@@ -566,6 +570,16 @@ class WorkloadBuilder:
         return logits_activation_bytes(seq=m.seq_len, batch=self.sc.training.micro_batch, hidden=m.hidden,
                                        vocab=m.vocab, tp=par.tp, cp=par.cp,
                                        sequence_parallel=self.shard.sequence_parallel, act_bytes=self.shard.elem)
+
+    def _overlapped(self, compute_s: float, comm_s: float) -> float:
+        """A kernel of ``compute_s`` beside a collective of ``comm_s``: the kernel runs
+        ``1 + overlap_slowdown`` times slower while the collective is in flight."""
+        if comm_s <= 0:
+            return compute_s
+        slow = 1.0 + self.overlap_slowdown
+        if compute_s * slow <= comm_s:
+            return comm_s
+        return comm_s + compute_s - comm_s / slow
 
     # pipeline point-to-point
 
