@@ -79,6 +79,8 @@ def test_scenarios_are_frozen():
         ({"training": {"micro_batch": 4, "global_batch": 128, "precision": "fp8"}}, "training.precision",
          r"no fp8 tensor cores"),
         ({"parallelism": {"pp": 2, "virtual_stages": 2}}, "parallelism.virtual_stages", r"pipeline_schedule: interleaved"),
+        ({"parallelism": {"tp": 2, "tp_comm_overlap": True}}, "parallelism.tp_comm_overlap",
+         r"needs sequence_parallel: true"),
     ],
 )
 def test_infeasible_layouts_name_the_field(over, field, pattern):

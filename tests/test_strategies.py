@@ -161,3 +161,27 @@ def test_mics_beats_zero3_on_p3dn_and_the_gap_shrinks_on_p4d():
     p4d = _mics_vs_zero3("p4d.24xlarge", "bf16")
     assert p3dn > 1.5
     assert p4d < p3dn and p4d < 1.2
+
+
+def test_tp_comm_overlap_pairs_each_collective_with_its_gemm():
+    """Megatron-Core --tp-comm-overlap, ideal overlap (overlap_slowdown 0): a forward layer
+    takes ln1 + max(AG, qkv) + core + max(RS, proj) + ln2 + max(AG, fc1) + act + max(RS, fc2)
+    + out, against the sum of all of them without the overlap. Read back from the fused
+    layer's timeline (GPT-3 1.3B, tp 8 with SP on one DGX H100, b = 1)."""
+    common = dict(model="gpt3-1.3b", cluster={"node": "dgx-h100", "nodes": 1},
+                  training={"micro_batch": 1, "global_batch": 1}, sim={"overlap_slowdown": 0})
+
+    def layer_parts(overlap):
+        r = _sim(**common, parallelism={"tp": 8, "sequence_parallel": True, "tp_comm_overlap": overlap})
+        fwd = next(row for row in r.rows if row.meta and row.meta.get("parts") and row.name.startswith("fwd."))
+        parts = {p[0]: p for p in fwd.meta["parts"]}
+        return parts, parts["block2.ln1"][2] - parts["block1.ln1"][2]
+
+    parts, layer_s = layer_parts(True)
+    d = {name.removeprefix("block1."): p[3] for name, p in parts.items() if name.startswith("block1.")}
+    expected = (d["ln1"] + max(d["tp.ag.attn"], d["qkv"]) + d["core"] + max(d["tp.rs.attn"], d["proj"]) + d["ln2"]
+                + max(d["tp.ag.mlp"], d["fc1"]) + d["act"] + max(d["tp.rs.mlp"], d["fc2"]) + d["out"])
+    assert layer_s == pytest.approx(expected, rel=1e-9)
+    _, serial_s = layer_parts(False)
+    assert serial_s == pytest.approx(sum(d.values()), rel=1e-9)
+    assert layer_s < serial_s

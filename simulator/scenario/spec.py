@@ -326,6 +326,9 @@ class ParallelismSpec(Frozen):
     shard_group_size: PositiveInt | None = Field(None, description="hsdp / mics: ranks holding one model replica")
     offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer states and step on the CPU")
     tp_overlap: bool = Field(True, description="overlap the backward TP collective with the weight-gradient GEMM")
+    tp_comm_overlap: bool = Field(
+        False, description="Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): every TP all-gather "
+        "and reduce-scatter pipelined with the GEMM it feeds or follows; needs sequence_parallel")
     ddp: DdpOptions = Field(default_factory=DdpOptions)
     zero: ZeroOptions = Field(default_factory=ZeroOptions)
     fsdp: FsdpOptions = Field(default_factory=FsdpOptions)
@@ -410,6 +413,12 @@ class Scenario(Frozen):
             raise InfeasibleError(
                 f"cp={par.cp} needs seq_len divisible by 2*cp (load-balanced causal split); seq_len={model.seq_len}",
                 field="parallelism.cp",
+            )
+        if par.tp_comm_overlap and par.tp > 1 and not par.sequence_parallel:
+            raise InfeasibleError(
+                "tp_comm_overlap pipelines the sequence-parallel all-gathers and reduce-scatters with their GEMMs: "
+                "it needs sequence_parallel: true (as Megatron-Core requires)",
+                field="parallelism.tp_comm_overlap",
             )
         self._check_pipeline()
         self._check_sharding()

@@ -133,6 +133,7 @@ def _megatron_core(r: dict[str, Any]) -> Record:
         "precision bf16 (MFU quoted against the BF16 peak), micro-batch 1 and no recomputation (Megatron "
         "defaults), FlashAttention, sequence parallelism when tp > 1, distributed optimizer (the runs use "
         "--overlap-param-gather, which needs it) with overlapped gradient reduce-scatter",
+        "--tp-comm-overlap: TP all-gathers and reduce-scatters pipelined with their GEMMs (userbuffers)",
     ]
     tp, pp = par.get("tp"), par.get("pp")
     if tp is None or pp is None:  # strong-scaling rows: the weak-scaling layout of the same model
@@ -144,7 +145,7 @@ def _megatron_core(r: dict[str, Any]) -> Record:
         "model": {**_gpt_model(m), "dropout": False},
         "cluster": {"node": "dgx-h100", "nodes": gpus // 8},
         "parallelism": {
-            "tp": tp, "pp": pp, "dp": dp, "sequence_parallel": tp > 1, "sharding": "zero1",
+            "tp": tp, "pp": pp, "dp": dp, "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1, "sharding": "zero1",
             "zero": {"gradient_reduction": "reduce_scatter", "overlap_comm": True},
         },
         "training": {"micro_batch": 1, "global_batch": batch["global_batch"], "precision": "bf16",

@@ -218,7 +218,7 @@ class WorkloadBuilder:
     def _raw_steps(self, kind: str, phase: str) -> list[Step]:
         model, par, train = self.sc.model, self.sc.parallelism, self.sc.training
         if kind == "block":
-            return block_steps(model, self.shard, phase, tp_overlap=par.tp_overlap,
+            return block_steps(model, self.shard, phase, tp_overlap=par.tp_overlap, comm_overlap=par.tp_comm_overlap,
                                selective=train.recompute == "selective" and phase == "bwd")
         if kind == "embedding":
             return embedding_steps(model, self.shard, phase)

@@ -14,6 +14,11 @@ et al. 2022 §4.2.2, Megatron-LM ``core/tensor_parallel/layers.py``). D = b*s*h*
   input-gradient GEMM), RS of the input gradient (overlapped with the weight gradient):
   4 AG + 2 RS per layer.
 * Full recomputation replays the forward, collectives included (6 ARs per layer, ZeRO §8).
+* ``tp_comm_overlap`` (Megatron-Core ``--tp-comm-overlap``, Transformer Engine userbuffers;
+  Wang et al. 2023, "Overlap communication with dependent computation via decomposition"):
+  each all-gather is split into tp chunks pipelined with the GEMM that consumes it, and
+  each reduce-scatter with the GEMM that produces it. A collective then runs beside its
+  GEMM: the pair takes max(GEMM slowed by the shared SMs, collective), not their sum.
 """
 
 from __future__ import annotations
@@ -54,19 +59,26 @@ def _tensor_bytes(model: ModelSpec, shard: Shard) -> float:
 
 
 def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool = True,
-                selective: bool = False) -> list[Step]:
+                selective: bool = False, comm_overlap: bool = False) -> list[Step]:
     """Steps of one transformer block: phase ``fwd`` or ``bwd`` (selective: re-run the core)."""
     fwd = block_forward(model, shard)
     core = [k for k in fwd if k.kind == "attention" or k.name in ("scores", "softmax", "attn_v")]
     core_names = [k.name for k in core]
     steps: list[Step]
     if phase == "fwd":
-        steps = [ComputeStep("fwd", tuple(fwd))] if shard.tp == 1 else _fwd_tp(model, shard, fwd, core_names)
+        if shard.tp == 1:
+            steps = [ComputeStep("fwd", tuple(fwd))]
+        elif comm_overlap and shard.sequence_parallel:
+            steps = _fwd_sp_pipelined(model, shard, fwd, core_names)
+        else:
+            steps = _fwd_tp(model, shard, fwd, core_names)
     else:
         bwd = backward_of(fwd)
         recompute = tuple(core) if selective else ()
         if shard.tp == 1:
             steps = [ComputeStep("bwd", recompute + tuple(bwd))]
+        elif comm_overlap and shard.sequence_parallel:
+            steps = _bwd_sp_pipelined(model, shard, bwd, core_names, recompute)
         else:
             steps = _bwd_tp(model, shard, bwd, core_names, recompute, tp_overlap)
     return _with_context_parallel(model, shard, steps, phase) if shard.cp > 1 else steps
@@ -151,6 +163,55 @@ def _bwd_tp(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: list[str], 
         CommStep("tp.ag.attn.input", "all_gather", d, overlap=overlap),
         ComputeStep("qkv.dgrad", _pick(bwd, "qkv.dgrad")),
         CommStep("tp.rs.attn.bwd", "reduce_scatter", d, overlap=overlap),
+        ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
+        ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
+    ]
+
+
+def _fwd_sp_pipelined(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) -> list[Step]:
+    """Forward under TP + SP with every collective beside its GEMM: AG with qkv and fc1 (the
+    GEMMs consuming the gathered input), RS with proj and fc2 (the GEMMs producing it)."""
+    d = _tensor_bytes(model, shard)
+    return [
+        ComputeStep("ln1", _pick(fwd, "ln1")),
+        CommStep("tp.ag.attn", "all_gather", d, overlap=True),
+        ComputeStep("qkv", _pick(fwd, "qkv")),
+        ComputeStep("core", _pick(fwd, *core)),
+        CommStep("tp.rs.attn", "reduce_scatter", d, overlap=True),
+        ComputeStep("proj", _pick(fwd, "proj")),
+        ComputeStep("ln2", _pick(fwd, "residual1", "ln2")),
+        CommStep("tp.ag.mlp", "all_gather", d, overlap=True),
+        ComputeStep("fc1", _pick(fwd, "fc1")),
+        ComputeStep("act", _pick(fwd, "act")),
+        CommStep("tp.rs.mlp", "reduce_scatter", d, overlap=True),
+        ComputeStep("fc2", _pick(fwd, "fc2")),
+        ComputeStep("out", _pick(fwd, "residual2")),
+    ]
+
+
+def _bwd_sp_pipelined(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: list[str],
+                      recompute: tuple[Kernel, ...]) -> list[Step]:
+    """Backward under TP + SP with every collective beside a GEMM: the output-gradient AG
+    with the dgrad GEMM consuming it, the input re-gather with the dgrad GEMM, the input-
+    gradient RS with the wgrad GEMM (Megatron-Core's bulk overlaps and split pipelines)."""
+    d = _tensor_bytes(model, shard)
+    core_bwd = [n + ".bwd" for n in core] + [n + ".dgrad" for n in core] + [n + ".wgrad" for n in core]
+    return [
+        ComputeStep("out.bwd", _pick(bwd, "residual2.bwd")),
+        CommStep("tp.ag.mlp.grad", "all_gather", d, overlap=True),
+        ComputeStep("fc2.dgrad", _pick(bwd, "fc2.dgrad")),
+        ComputeStep("fc2.wgrad", _pick(bwd, "fc2.wgrad", "act.bwd")),
+        CommStep("tp.ag.mlp.input", "all_gather", d, overlap=True),
+        ComputeStep("fc1.dgrad", _pick(bwd, "fc1.dgrad")),
+        CommStep("tp.rs.mlp.bwd", "reduce_scatter", d, overlap=True),
+        ComputeStep("fc1.wgrad", _pick(bwd, "fc1.wgrad")),
+        ComputeStep("ln2.bwd", _pick(bwd, "ln2.bwd", "residual1.bwd")),
+        CommStep("tp.ag.attn.grad", "all_gather", d, overlap=True),
+        ComputeStep("proj.dgrad", _pick(bwd, "proj.dgrad")),
+        ComputeStep("attn.bwd", recompute + _pick(bwd, "proj.wgrad", *core_bwd)),
+        CommStep("tp.ag.attn.input", "all_gather", d, overlap=True),
+        ComputeStep("qkv.dgrad", _pick(bwd, "qkv.dgrad")),
+        CommStep("tp.rs.attn.bwd", "reduce_scatter", d, overlap=True),
         ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
         ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
     ]
