@@ -69,6 +69,21 @@ def test_bubble_matches_the_schedule_formula(schedule, pp, v):
     assert piped.breakdown.bubble_s > 0
 
 
+def test_end_of_step_gradient_reduction_does_not_stretch_the_pipeline():
+    """ZeRO-1 without overlap_comm reduces gradients after each stage's last backward
+    (DeepSpeed's ReduceGrads, Megatron's finalize_model_grads), so stage 0 still idles
+    (p - 1) forward-backward slots: bubble / compute = (p - 1) / m = 3 / 8. Reductions inside
+    the last backward would make every later stage's buckets delay the earlier stages."""
+    pp, m = 4, 8
+    r = simulator.simulate(simulator.Scenario.model_validate(small_scenario(
+        model=TINY_VOCAB, cluster={"node": "dgx-a100", "nodes": 2, "gpus_per_node": pp},
+        parallelism={"pp": pp, "sharding": "zero1", "zero": {"reduce_bucket_size": 2_000_000}},
+        training={"micro_batch": 8, "global_batch": 2 * 8 * m})))
+    first = next(b for b in r.stage_breakdown if b.stage == 0)
+    assert r.wire_bytes_per_rank["dp"] > 0
+    assert first.bubble_s / first.compute_s == pytest.approx((pp - 1) / m, rel=0.05)
+
+
 def test_1f1b_bounds_in_flight_activations_by_the_stage():
     """1F1B: stage i holds at most p - i micro-batches; GPipe holds all m."""
     onef = _pipeline(4, "1f1b", m=8)

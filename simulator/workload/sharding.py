@@ -19,9 +19,12 @@ Semantics follow the frameworks' code (shared/REFERENCE.md §2-§4, §9):
 * ``zero1`` / ``zero2`` -- DeepSpeed stage 1/2: gradients reduced in buckets of
   ``reduce_bucket_size`` elements (all-reduce of multi-rank buckets by default, or
   reduce-scatter, Megatron's distributed optimizer), every micro-step for stage 2 and only
-  at the accumulation boundary for stage 1; ``overlap_comm`` off by default (backward waits
-  for each bucket); optimizer on the 1/N shard; updated parameters all-gathered after the
-  step in ``allgather_bucket_size`` pieces.
+  at the accumulation boundary for stage 1; ``overlap_comm`` off by default: stage 2's
+  backward waits for each bucket, stage 1 reduces all its buckets once the stage's last
+  backward is done (DeepSpeed's pipeline engine ``ReduceGrads`` step, Megatron's
+  ``finalize_model_grads`` without ``--overlap-grad-reduce``), so later stages' reductions
+  never delay the pipeline's last backward; optimizer on the 1/N shard; updated parameters
+  all-gathered after the step in ``allgather_bucket_size`` pieces.
 * ``zero3`` -- DeepSpeed stage 3: each module's parameters all-gathered before its forward
   and again before its backward, prefetching up to ``prefetch_bucket_size`` elements ahead;
   gradients reduce-scattered every micro-step in ``reduce_bucket_size`` buckets on their own
@@ -278,7 +281,7 @@ class BucketedZero(Strategy):
         return min(self.scenario.parallelism.zero.reduce_bucket_size, params) * grad_reduce_bytes(self.scenario)
 
     def boundary_units(self, stage: int, phase: str, last: bool) -> set[int] | None:
-        if phase == "bwd" and (self.stage == 2 or last):
+        if phase == "bwd" and (self.stage == 2 or (last and self._overlap)):
             return None
         return set()
 
@@ -301,6 +304,8 @@ class BucketedZero(Strategy):
             return
         state: _ZeroState = ctx.strategy_state
         state.pending += _unit_numel(self.layout, ctx.stage, unit)
+        if self.stage == 1 and not self._overlap:
+            return  # reduced after the stage's last backward (finish_rank)
         bucket = self.scenario.parallelism.zero.reduce_bucket_size
         if state.pending >= bucket:
             count = int(state.pending // bucket)
@@ -319,7 +324,9 @@ class BucketedZero(Strategy):
     def finish_rank(self, builder: WorkloadBuilder, ctx: _RankContext) -> None:
         state: _ZeroState = ctx.strategy_state
         if state.pending > 0 and self.dp_ranks > 1:
-            self._reduce(builder, ctx, state, state.pending, 1, [ctx.last_compute], key="tail")
+            bucket = self.scenario.parallelism.zero.reduce_bucket_size
+            count = 1 if self._overlap else max(1, math.ceil(state.pending / bucket))
+            self._reduce(builder, ctx, state, state.pending, count, [ctx.last_compute], key="tail")
             state.pending = 0.0
         deps = self.end_of_backward(builder, ctx, [ctx.last_compute, *state.comm_tasks])
         if self.dp_ranks > 1:
