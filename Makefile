@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit notebooks bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ run: $(VENV)/.run-installed
 		--report $(OUT)/quickstart-tp2-pp2.html --trace $(OUT)/quickstart-tp2-pp2.json.gz
 	@echo "open $(abspath $(OUT))/quickstart.html in a browser; load the .json.gz traces in https://ui.perfetto.dev"
 
-test: $(VENV)/.test-installed lint typecheck unit
+test: $(VENV)/.test-installed lint typecheck unit notebooks
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check simulator tests bench
@@ -36,6 +36,10 @@ typecheck: $(VENV)/.test-installed
 
 unit: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -q
+
+# every notebook runs top to bottom in its own folder (nbmake), so none can rot
+notebooks: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=300 notebooks/*.ipynb
 
 bench: $(VENV)/.run-installed
 	$(BIN)/python bench/bench_engine.py
