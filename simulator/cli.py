@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator import units
+from simulator.cli_calibrate import calibrate as calibrate_command
 from simulator.errors import ScenarioError
 
 __all__ = ["app", "main"]
@@ -317,6 +318,10 @@ def collective(
         table.add_row(units.format_size_for_table(size), f"{seconds * 1e6:,.1f} us", f"{algbw / 1e9:.2f} GB/s",
                       f"{algbw * factor / 1e9:.2f} GB/s", how)
     console.print(table)
+
+
+# dtsim calibrate (simulator/cli_calibrate.py; PyTorch is imported only when it runs)
+app.command(name="calibrate")(calibrate_command)
 
 
 def main() -> None:
