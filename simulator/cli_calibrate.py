@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -24,7 +25,7 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -82,8 +83,8 @@ def calibrate(
         return
     path = write_profile(result.profile, out or default_out(result.device, result.dtype))
     _print_summary(result)
-    console.print(f"profile written to [bold]{path}[/]; use it with: dtsim run SCENARIO --set "
-                  f"cluster.calibration={path}", soft_wrap=True)
+    console.print(f"profile written to [bold]{escape(str(path))}[/]; use it with: dtsim run SCENARIO --set "
+                  f"cluster.calibration={escape(str(path))}", soft_wrap=True)
 
 
 def _curve_text(curve: dict[str, list[float]]) -> str:
@@ -94,11 +95,11 @@ def _curve_text(curve: dict[str, list[float]]) -> str:
 def _print_summary(result: Any) -> None:
     p = result.profile
     dtype = result.dtype
-    table = Table(title=f"calibration of {p['device']} ({dtype})", show_header=False, title_justify="left")
+    table = Table(title=escape(f"calibration of {p['device']} ({dtype})"), show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
     meta = p["metadata"]
-    table.add_row("device", f"{p['device']}; torch {meta['torch_version']}"
+    table.add_row("device", escape(f"{p['device']}; torch {meta['torch_version']}")
                   + (f", {meta['threads']} thread(s)" if meta.get("threads") else ""))
     table.add_row("peak", f"{p['peak_flops'][dtype]} ({meta['peak_flops_source']})")
     table.add_row("memory", f"{p['memory_bandwidth']} x efficiency {p['memory_efficiency']} "

@@ -6,17 +6,21 @@ its CPU), D in nccl-tests' convention. Local processes only exercise the path be
 devices of one node, so this module recalibrates exactly that path of the cluster graph:
 
 1. **Which links.** The ring the simulator would run for the same collective on the first
-   ``n = min(N, GPUs per node)`` GPUs of node 0 is planned on the uncalibrated graph; the
-   links it loads name the tiers the measurement exercised (``nvlink`` on NVSwitch and
-   NVLink-mesh nodes; ``pcie`` / ``pcie-host`` / ``host`` between PCIe-only GPUs). Every
-   link of those tiers, in every node, is recalibrated (the nodes are identical).
+   ``n = min(N, GPUs per node)`` GPUs of node 0 is planned on the graph; the links it loads
+   name the tiers the measurement exercised (``nvlink`` on NVSwitch and NVLink-mesh nodes;
+   ``pcie`` / ``pcie-host`` / ``host`` between PCIe-only GPUs). Every link of those tiers,
+   in every node, is recalibrated (the nodes are identical).
 2. **Bandwidth.** The measured bus bandwidth ``busbw = f(N) / beta`` (nccl-tests
    ``doc/PERFORMANCE.md``: f = 2(N-1)/N for all-reduce, (N-1)/N for all-gather and
    reduce-scatter) is compared with the bus bandwidth of the simulator's ring,
    ``f(n) / beta_model`` (``beta_model``: the ring's seconds per byte on the busiest link,
    Simple protocol). Those links' capacity (line rate x efficiency) is multiplied by the
    ratio: the efficiency changes, and the line rate too when the efficiency would pass 1.
-   The geometric mean of the ratios of all measured collectives is used.
+   With several measured collectives the geometric mean of their ratios is used. When the
+   measured bandwidth is below what a detour offers (a gloo measurement applied to NVLink:
+   the router would then send GPU-to-GPU traffic over PCIe, around the measurement), the
+   ring is planned again on the recalibrated graph and the detour's tiers are recalibrated
+   too, until the ring the router picks runs at the measured bus bandwidth.
 3. **Latency.** NCCL's model charges ``base + steps * hop`` for a ring on one node
    (``simulator.costs.collectives``). The measured per-step latency ``(alpha - base) / steps(N)``
    minus the model's per-step latency becomes
@@ -57,13 +61,12 @@ COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 class CommOverride:
     """What a set of measured fits changes on a cluster graph.
 
-    ``capacity_scale``: factor on the capacity of every link whose tier is in ``tiers``;
+    ``capacity_scale``: factor on the capacity of every link of each tier named;
     ``intra_hop_latency_s``: extra latency per intra-node collective step (may be negative,
     never below minus the smallest modelled hop); ``ops``: the collectives that contributed.
     """
 
-    tiers: tuple[str, ...]
-    capacity_scale: float
+    capacity_scale: dict[str, float]
     intra_hop_latency_s: float
     ops: tuple[str, ...]
 
@@ -77,55 +80,73 @@ def _min_latency(model: NcclModel, shape: CollectiveShape) -> tuple[float, str]:
     return min((collective_latency_s(model, shape, p, 8.0), p) for p in protocols_for(model, shape, 8.0))
 
 
-def comm_override(cluster: ClusterGraph, fits: dict[str, CommFit]) -> CommOverride | None:
-    """The override the measured ``fits`` imply for ``cluster`` (None when nothing applies:
-    no usable fit, or nodes with a single GPU, which have no intra-node path)."""
-    n = cluster.gpus_per_node
-    usable = {op: fit for op, fit in fits.items() if op in COMM_OPS}
-    if n < 2 or not usable:
-        return None
-    model = nccl_model()
-    planner = CollectivePlanner(cluster, Router(cluster))
-    tiers: set[str] = set()
-    log_scales: list[float] = []
-    extras: list[float] = []
-    min_hop = math.inf
-    for op, fit in sorted(usable.items()):
-        group = tuple(range(min(fit.ranks, n)))
-        plan = planner.plan(op, "ring", group)
-        shape = plan.shape(cluster)
-        beta_model = sum(p.seconds_per_byte for p in shape.phases)
-        if beta_model <= 0 or fit.beta_s_per_byte <= 0:
+def _rescale(cluster: ClusterGraph, scales: dict[str, float]) -> None:
+    """Multiply the capacity of every link of the named tiers (in place)."""
+    for i, link in enumerate(cluster.links):
+        factor = scales.get(link.tier)
+        if factor is None:
             continue
-        tiers |= {cluster.links[i].tier for p in plan.phases for i, _ in p.link_weights}
-        busbw_fit = bus_bandwidth_factor(op, fit.ranks) / fit.beta_s_per_byte
-        busbw_model = bus_bandwidth_factor(op, len(group)) / beta_model
-        log_scales.append(math.log(busbw_fit / busbw_model))
+        capacity = link.capacity_bytes_per_s * factor
+        if capacity <= link.bandwidth_bytes_per_s:
+            cluster.links[i] = replace(link, efficiency=capacity / link.bandwidth_bytes_per_s)
+        else:
+            cluster.links[i] = replace(link, bandwidth_bytes_per_s=capacity, efficiency=1.0)
+
+
+def _rings(cluster: ClusterGraph, fits: dict[str, CommFit]) -> dict[str, tuple[CollectiveShape, set[str], int]]:
+    """Per fit: the simulator's ring on the first min(N, g) GPUs of node 0 (shape, tiers, ranks)."""
+    planner = CollectivePlanner(cluster, Router(cluster))
+    out = {}
+    for op, fit in fits.items():
+        group = tuple(range(min(fit.ranks, cluster.gpus_per_node)))
+        plan = planner.plan(op, "ring", group)
+        tiers = {cluster.links[i].tier for p in plan.phases for i, _ in p.link_weights}
+        out[op] = (plan.shape(cluster), tiers, len(group))
+    return out
+
+
+def comm_override(cluster: ClusterGraph, fits: dict[str, CommFit], *, max_rounds: int = 4) -> CommOverride | None:
+    """The override the measured ``fits`` imply for ``cluster`` (None when nothing applies:
+    no usable fit, or nodes with a single GPU, which have no intra-node path). ``cluster``
+    itself is not changed; see the module docstring for the method."""
+    usable = {op: fit for op, fit in sorted(fits.items()) if op in COMM_OPS and fit.beta_s_per_byte > 0}
+    if cluster.gpus_per_node < 2 or not usable:
+        return None
+    scratch = replace(cluster, links=list(cluster.links))
+    scales: dict[str, float] = {}
+    for _ in range(max_rounds):
+        rings = _rings(scratch, usable)
+        log_ratios = []
+        for op, fit in usable.items():
+            shape, _, n = rings[op]
+            beta_model = sum(p.seconds_per_byte for p in shape.phases)
+            busbw_fit = bus_bandwidth_factor(op, fit.ranks) / fit.beta_s_per_byte
+            log_ratios.append(math.log(busbw_fit * beta_model / bus_bandwidth_factor(op, n)))
+        ratio = math.exp(sum(log_ratios) / len(log_ratios))
+        tiers = set().union(*(t for _, t, _ in rings.values()))
+        if abs(ratio - 1.0) < 1e-9 and tiers <= set(scales):
+            break
+        _rescale(scratch, {t: ratio for t in tiers})
+        for tier in tiers:
+            scales[tier] = scales.get(tier, 1.0) * ratio
+    model = nccl_model()
+    rings = _rings(scratch, usable)
+    extras = []
+    min_hop = math.inf
+    for op, fit in usable.items():
+        shape, _, n = rings[op]
         latency, protocol = _min_latency(model, shape)
         base = model.base_latency["ring"][protocol]
-        per_step_fit = (fit.alpha_s - base) / _ring_steps(op, fit.ranks)
-        per_step_model = (latency - base) / _ring_steps(op, len(group))
-        extras.append(per_step_fit - per_step_model)
-        intra_class = shape.phases[0].intra_class
-        min_hop = min(min_hop, min(model.hop_latency[intra_class]["ring"].values()))
-    if not log_scales:
-        return None
+        extras.append((fit.alpha_s - base) / _ring_steps(op, fit.ranks) - (latency - base) / _ring_steps(op, n))
+        min_hop = min(min_hop, min(model.hop_latency[shape.phases[0].intra_class]["ring"].values()))
     extra = max(sum(extras) / len(extras), -min_hop)
-    return CommOverride(tuple(sorted(tiers)), math.exp(sum(log_scales) / len(log_scales)), extra,
-                        tuple(sorted(usable)))
+    return CommOverride(scales, extra, tuple(usable))
 
 
 def apply_comm_override(cluster: ClusterGraph, override: CommOverride) -> None:
     """Rescale the capacity of the override's link tiers and set the intra-node step latency,
     in place (before any router or planner is built on ``cluster``)."""
-    for i, link in enumerate(cluster.links):
-        if link.tier not in override.tiers:
-            continue
-        capacity = link.capacity_bytes_per_s * override.capacity_scale
-        if capacity <= link.bandwidth_bytes_per_s:
-            cluster.links[i] = replace(link, efficiency=capacity / link.bandwidth_bytes_per_s)
-        else:
-            cluster.links[i] = replace(link, bandwidth_bytes_per_s=capacity, efficiency=1.0)
+    _rescale(cluster, override.capacity_scale)
     cluster.intra_hop_latency_s = override.intra_hop_latency_s
 
 
