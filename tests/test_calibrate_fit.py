@@ -181,3 +181,57 @@ def test_torch_is_imported_only_in_calibrate() -> None:
             continue
         text = path.read_text()
         assert "import torch" not in text and "from torch" not in text, path
+
+
+# -- CUDA device logic, with a stand-in for torch.cuda (no GPU in CI) -------------------
+
+
+class _FakeCuda:
+    def __init__(self, names: list[str], capability: tuple[int, int]) -> None:
+        self.names, self.capability = names, capability
+
+    def is_available(self) -> bool:
+        return bool(self.names)
+
+    def device_count(self) -> int:
+        return len(self.names)
+
+    def get_device_properties(self, index: int) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(name=self.names[index], total_memory=141 * 2**30, major=self.capability[0],
+                               minor=self.capability[1])
+
+    def get_device_capability(self, index: int) -> tuple[int, int]:
+        return self.capability
+
+
+def _fake_torch(names: list[str], capability: tuple[int, int] = (9, 0)) -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(cuda=_FakeCuda(names, capability), __version__="fake", get_num_threads=lambda: 4)
+
+
+def test_cuda_devices_resolve_to_catalog_gpus_and_default_to_bf16() -> None:
+    from simulator.calibrate.device import check_dtype, resolve_device
+    from simulator.calibrate.runner import default_dtype, default_out
+
+    torch = _fake_torch(["NVIDIA H200", "NVIDIA H200"])
+    device = resolve_device("auto", torch)
+    assert (device.kind, device.index, device.catalog_gpu, device.torch_device) == ("cuda", 0, "h200", "cuda:0")
+    assert resolve_device("cuda:1", torch).torch_device == "cuda:1"
+    assert default_dtype(device, torch) == "bf16"
+    assert str(default_out(device, "bf16")) == "h200-bf16.yaml"
+    check_dtype(device, "bf16", torch)
+    with pytest.raises(CalibrationError, match="2 CUDA device"):
+        resolve_device("cuda:2", torch)
+    volta = _fake_torch(["Tesla V100-SXM2-32GB"], (7, 0))
+    v100 = resolve_device("cuda", volta)
+    assert v100.catalog_gpu == "v100-32gb" and default_dtype(v100, volta) == "fp32"
+    with pytest.raises(CalibrationError, match="no native bf16"):
+        check_dtype(v100, "bf16", volta)
+    check_dtype(v100, "fp16", volta)
+    none = _fake_torch([])
+    assert resolve_device("auto", none).kind == "cpu"
+    with pytest.raises(CalibrationError, match="no CUDA device"):
+        resolve_device("cuda", none)

@@ -56,9 +56,9 @@ def test_quick_cpu_calibration_writes_a_valid_profile(cpu_profile: Path) -> None
     for table in (spec.gemm, spec.attention_fwd, spec.attention_bwd):
         curve = table["fp32"]
         assert len(curve.log10_flops) >= 2 and all(0 < e <= 1 for e in curve.efficiency)
-    # the peak is the best GEMM rate measured: some table entry reaches (almost) 1
-    assert max(spec.gemm["fp32"].efficiency) > 0.9
     meta = spec.metadata
+    # the peak is the best GEMM rate measured: that GEMM has efficiency 1
+    assert max(m["efficiency"] for m in meta["measurements"]["gemm"]) == pytest.approx(1.0, abs=1e-3)
     for key in ("device_name", "torch_version", "dtype", "threads", "date", "host"):
         assert meta[key] not in (None, ""), key
     assert meta["dtype"] == "fp32" and meta["threads"] == 1
@@ -85,9 +85,13 @@ def test_cpu_profile_makes_simulated_compute_slower_than_builtin_a100(cpu_profil
         kernels = forward + backward_of(forward)
         gpu_s = kernels_time_s(builtin, kernels, precision)
         cpu_s = kernels_time_s(measured, kernels, precision)
-        # an A100 runs this block's 3 x (24 b s h^2 + 4 b s^2 h) = 7.4e11 FLOPs in milliseconds,
-        # a CPU at ~1e11 FLOP/s in seconds
-        assert 5e-4 < gpu_s < 0.05, (precision, gpu_s)
+        # this block runs 3 x 24 b s h^2 GEMM FLOPs and 3.5 x 4 b s^2 h / 2 attention FLOPs
+        # (causal; FlashAttention's backward is 2.5x its forward) = 6.8e11 FLOPs: an A100 needs a
+        # bit more than FLOPs / peak (312 TFLOP/s bf16, 19.5 fp32), a CPU at ~1e11 FLOP/s seconds
+        flops = sum(k.flops for k in kernels)
+        assert flops == pytest.approx(3 * 24 * 2048 * 2048**2 + 3.5 * 4 * 2048**2 * 2048 / 2, rel=1e-9)
+        peak = a100.peak_flops_per_s(precision)  # type: ignore[arg-type]
+        assert peak and flops / peak < gpu_s < 3 * flops / peak, (precision, gpu_s)
         assert cpu_s > 100 * gpu_s, (precision, cpu_s, gpu_s)
     plain = simulator.simulate(simulator.load_scenario(QUICKSTART))
     calibrated = simulator.simulate(simulator.load_scenario(QUICKSTART,
@@ -118,12 +122,13 @@ def test_comm_2_with_gloo_fits_and_overrides_links(tmp_path: Path) -> None:
     busbw = [fit.bus_bandwidth_bytes_per_s or 0.0 for fit in spec.comm.values()]
     geo_busbw = math.prod(busbw) ** (1 / len(busbw))
     alpha = sum(fit.alpha_s for fit in spec.comm.values()) / len(spec.comm)
-    nbytes = 2**26
+    nbytes = 2**28
     cluster = {"node": "dgx-a100", "nodes": 1, "gpus_per_node": 2, "calibration": str(out)}
     simulated = {op: simulator.simulate_collective(cluster, op, nbytes, "ring") for op in spec.comm}
     for op, seconds in simulated.items():
         factor = 1.0 if op == "all_reduce" else 0.5  # 2(N-1)/N, (N-1)/N for N = 2
-        assert seconds == pytest.approx(alpha + nbytes * factor / geo_busbw, rel=0.05), op
+        expected = alpha + nbytes * factor / geo_busbw
+        assert seconds == pytest.approx(expected, rel=0.05), (op, seconds, expected, spec.comm)
     plain = simulator.simulate_collective({"node": "dgx-a100", "nodes": 1, "gpus_per_node": 2}, "all_reduce", nbytes)
     assert simulated["all_reduce"] > 10 * plain  # gloo between CPU processes is far slower than NVLink
 

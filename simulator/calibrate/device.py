@@ -30,6 +30,7 @@ __all__ = [
     "check_dtype",
     "catalog_gpu_for",
     "torch_dtype",
+    "cuda_native_bf16",
 ]
 
 INSTALL_HINT = "pip install torch==2.13.0 && pip install 'dtsim[calibrate]'"
@@ -208,8 +209,16 @@ def check_dtype(device: DeviceInfo, dtype: str, torch: Any) -> None:
                 f"PyTorch would emulate it in fp32 and the profile would measure emulation. "
                 f"Calibrate fp32 here, or {dtype} on a device that supports it")
         return
-    if dtype == "bf16" and not torch.cuda.is_bf16_supported():
-        raise CalibrationError(f"--dtype bf16: {device.name} has no native bf16 (needs compute capability 8.0+)")
+    if dtype == "bf16" and not cuda_native_bf16(torch, device):
+        raise CalibrationError(f"--dtype bf16: {device.name} has no native bf16 (needs compute capability 8.0+); "
+                               "PyTorch would emulate it")
+
+
+def cuda_native_bf16(torch: Any, device: DeviceInfo) -> bool:
+    """bf16 tensor cores: compute capability 8.0 or newer (``torch.cuda.is_bf16_supported``
+    also counts emulation on older GPUs unless told not to)."""
+    major, _ = torch.cuda.get_device_capability(device.index or 0)
+    return bool(major >= 8)
 
 
 # CUDA device names (torch.cuda.get_device_properties(i).name) -> catalog GPU names

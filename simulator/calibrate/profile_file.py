@@ -10,7 +10,12 @@
 * ``gemm`` / ``attention_fwd`` / ``attention_bwd``: efficiency tables over log10 FLOPs.
 * ``memory_bandwidth``: the catalog HBM bandwidth for a catalog GPU, else the fastest
   memory-bound kernel measured (on a CPU often a cache-resident one);
-  ``memory_efficiency``: the median achieved bandwidth of the memory-bound kernels over it.
+  ``memory_efficiency``: the achieved bandwidth of the block's own memory-bound ops (norms,
+  dropout + residual adds, activation; forward and backward, each as often as the block
+  runs it: total bytes the simulator charges / total time) over ``memory_bandwidth``. One
+  number serves every memory-bound kernel of the model, so it is fitted to the mix a
+  training step runs; the stream copy/add and the optimizer step are kept in the metadata
+  (on CPUs an activation function is compute-bound and far from the copy rate).
 * ``launch_overhead``: the median time of a one-element kernel issued back to back.
 
 Quantities are written with units (``"1.02 us"``, ``"25.3 GB/s"``, ``"190.2 GFLOP/s"``), as in
@@ -28,8 +33,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from simulator import units
 from simulator.calibrate.device import DeviceInfo
-from simulator.calibrate.fit import achieved_rate, efficiency_curve
-from simulator.calibrate.kernels import AttentionPoint, GemmPoint, MemoryPoint
+from simulator.calibrate.fit import achieved_rate, compute_seconds, efficiency_curve
+from simulator.calibrate.kernels import AttentionPoint, BlockOpPoint, GemmPoint, MemoryPoint
 from simulator.calibrate.timing import Timing
 from simulator.scenario.calibration import ProfileSpec
 from simulator.scenario.hardware import GpuSpec
@@ -47,7 +52,7 @@ def _gemm_peak(points: list[GemmPoint], launch_s: float, gpu: GpuSpec | None, dt
 
 
 def build_profile(*, device: DeviceInfo, gpu: GpuSpec | None, dtype: str, launch: Timing, gemms: list[GemmPoint],
-                  attention: list[AttentionPoint], memory: list[MemoryPoint],
+                  attention: list[AttentionPoint], block_ops: list[BlockOpPoint], memory: list[MemoryPoint],
                   metadata: dict[str, Any]) -> dict[str, Any]:
     """The profile mapping (without ``closed_loop`` and ``comm``, added by the caller)."""
     launch_s = launch.median_s
@@ -60,11 +65,17 @@ def build_profile(*, device: DeviceInfo, gpu: GpuSpec | None, dtype: str, launch
     fwd_curve = efficiency_curve([(a.forward_flops, eff(a.forward_flops, a.forward.median_s)) for a in attention])
     bwd_curve = efficiency_curve([(a.backward_flops, eff(a.backward_flops, a.backward_s)) for a in attention])
     rates = [achieved_rate(m.nbytes, m.timing.median_s, launch_s) for m in memory]
+    op_rates = [achieved_rate(op.forward_bytes, op.forward.median_s, launch_s) for op in block_ops]
+    op_rates += [achieved_rate(op.backward_bytes, op.backward_s, launch_s) for op in block_ops]
     if gpu is not None:
         bandwidth, bandwidth_source = gpu.memory_bandwidth_bytes_per_s, f"{gpu.name} datasheet"
     else:
-        bandwidth, bandwidth_source = max(rates), "fastest memory-bound kernel measured"
-    memory_efficiency = min(1.0, max(0.01, statistics.median(rates) / bandwidth))
+        bandwidth, bandwidth_source = max(rates + op_rates), "fastest memory-bound kernel measured"
+    op_bytes = sum(op.count * (op.forward_bytes + op.backward_bytes) for op in block_ops)
+    op_seconds = sum(op.count * (compute_seconds(op.forward.median_s, launch_s)
+                                 + compute_seconds(op.backward_s, launch_s)) for op in block_ops)
+    typical = op_bytes / op_seconds if op_seconds > 0 else statistics.median(rates)
+    memory_efficiency = min(1.0, max(0.001, typical / bandwidth))
     measurements = {
         "launch": launch.as_dict(),
         "gemm": [{"m": p.shape.m, "n": p.shape.n, "k": p.shape.k, "flops": p.flops, **p.timing.as_dict(),
@@ -76,6 +87,9 @@ def build_profile(*, device: DeviceInfo, gpu: GpuSpec | None, dtype: str, launch
                       for a in attention],
         "memory": [{"kernel": m.name, "nbytes": m.nbytes, **m.timing.as_dict(),
                     "bytes_per_s": achieved_rate(m.nbytes, m.timing.median_s, launch_s)} for m in memory],
+        "block_memory_ops": [{"op": op.name, "count": op.count, "forward_bytes": op.forward_bytes,
+                              "forward": op.forward.as_dict(), "forward_backward": op.forward_backward.as_dict(),
+                              "backward_s": op.backward_s} for op in block_ops],
     }
     return {
         "kind": "dtsim-compute-profile",

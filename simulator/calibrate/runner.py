@@ -1,7 +1,7 @@
 """One calibration from start to end: what ``dtsim calibrate`` runs.
 
     device + dtype check -> launch overhead -> GEMM sweep -> attention sweep
-    -> memory-bound kernels + optimizer step -> fit -> profile
+    -> the block's memory-bound ops, stream copy/add, optimizer step -> fit -> profile
     -> closed loop (real block vs the simulator with the new profile)
     -> [--comm N: collectives over N processes -> alpha-beta fits]
 
@@ -26,6 +26,7 @@ from simulator.calibrate.device import (
     CalibrationError,
     DeviceInfo,
     check_dtype,
+    cuda_native_bf16,
     import_torch,
     resolve_device,
 )
@@ -33,14 +34,15 @@ from simulator.calibrate.kernels import (
     AttentionPoint,
     GemmPoint,
     MemoryPoint,
-    memory_kernels,
+    stream_kernels,
     time_attention,
+    time_block_ops,
     time_gemm,
     time_launch,
     time_memory_kernel,
 )
 from simulator.calibrate.profile_file import build_profile, validate_profile
-from simulator.calibrate.shapes import BlockShape, attention_shapes, block_shape, gemm_shapes
+from simulator.calibrate.shapes import attention_shapes, block_shape, gemm_shapes
 from simulator.calibrate.timing import KernelTimer
 from simulator.scenario.hardware import gpu_catalog
 from simulator.workload.profile import profile_from_spec
@@ -88,7 +90,8 @@ class Calibration:
 
 
 def default_dtype(device: DeviceInfo, torch: Any) -> str:
-    if device.kind == "cuda" and torch.cuda.is_bf16_supported():
+    """bf16 on a GPU with bf16 tensor cores, else fp32."""
+    if device.kind == "cuda" and cuda_native_bf16(torch, device):
         return "bf16"
     return "fp32"
 
@@ -124,15 +127,12 @@ def _metadata(torch: Any, device: DeviceInfo, dtype: str, options: CalibrationOp
     return meta
 
 
-def _memory_sizes(device: DeviceInfo, shape: BlockShape, quick: bool) -> tuple[list[tuple[int, int]], int, int]:
-    """The memory-bound kernels' sizes: the block's own activations (tokens x hidden and
-    tokens x FFN), elements of a stream large enough to leave the caches (64 MiB of fp32 on a
-    CPU, 1 GiB on a GPU), and the optimizer's parameter count."""
-    tokens = shape.batch * shape.seq
-    own = list(dict.fromkeys([(tokens, shape.model.hidden), (tokens, shape.model.ffn)]))
+def _stream_sizes(device: DeviceInfo, quick: bool) -> tuple[int, int]:
+    """Elements of the reference stream (64 MiB of fp32 on a CPU, past its caches; 1 GiB of
+    fp32 on a GPU) and parameters of the optimizer step."""
     if device.kind == "cuda":
-        return own, 2**28, 2**24 if quick else 2**26
-    return own, 2**24, 2**22 if quick else 2**23
+        return 2**28, 2**24 if quick else 2**26
+    return 2**24, 2**22 if quick else 2**23
 
 
 def run_calibration(options: CalibrationOptions, progress: Progress | None = None) -> Calibration:
@@ -151,6 +151,8 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
         raise CalibrationError(f"--comm {options.comm_ranks}: needs at least 2 processes")
     if device.kind == "cpu" and device.threads:
         torch.set_num_threads(device.threads)
+    if device.kind == "cuda":
+        torch.cuda.set_device(device.index or 0)  # synchronize() and new tensors default to it
     if device.kind == "cuda" and dtype == "fp32":
         torch.backends.cuda.matmul.allow_tf32 = False  # measure true fp32 (tf32 is its own precision)
     gpu = gpu_catalog().get(device.catalog_gpu) if device.catalog_gpu else None
@@ -159,10 +161,10 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
     given = options.scenario is not None
     gemm_list = gemm_shapes(shape, scenario_given=given, quick=options.quick, device=device.kind)
     attn_list = attention_shapes(shape, scenario_given=given, quick=options.quick, device=device.kind)
-    activations, stream, params = _memory_sizes(device, shape, options.quick)
-    mem_list = memory_kernels(torch, device, dtype, activations, stream, params)
+    stream, params = _stream_sizes(device, options.quick)
+    mem_list = stream_kernels(torch, device, dtype, stream, params)
     comm_steps = 1 if options.comm_ranks else 0
-    progress.start(1 + len(gemm_list) + len(attn_list) + len(mem_list) + 1 + comm_steps)
+    progress.start(1 + len(gemm_list) + len(attn_list) + 1 + len(mem_list) + 1 + comm_steps)
 
     timer = KernelTimer(torch, device, min_run_time_s=0.1 if options.quick else 0.5)
     launch = time_launch(torch, device, timer)
@@ -175,6 +177,8 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
     for a in attn_list:
         attention.append(time_attention(torch, device, dtype, timer, a))
         progress.step(f"attention b{a.batch} h{a.heads} s{a.seq} d{a.head_dim}")
+    block_ops = time_block_ops(torch, device, dtype, timer, shape)
+    progress.step("norm, dropout + residual, activation of the block")
     memory: list[MemoryPoint] = []
     for name, nbytes, fn in mem_list:
         memory.append(time_memory_kernel(timer, name, nbytes, fn))
@@ -183,7 +187,7 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
 
     metadata = _metadata(torch, device, dtype, options)
     profile = build_profile(device=device, gpu=gpu, dtype=dtype, launch=launch, gemms=gemms, attention=attention,
-                            memory=memory, metadata=metadata)
+                            block_ops=block_ops, memory=memory, metadata=metadata)
     compute = profile_from_spec(validate_profile(profile), gpu, "calibration")
     loop = closed_loop(torch, shape, dtype, device, timer, compute)
     profile["closed_loop"] = loop.as_dict()
