@@ -235,3 +235,17 @@ def test_cuda_devices_resolve_to_catalog_gpus_and_default_to_bf16() -> None:
     assert resolve_device("auto", none).kind == "cpu"
     with pytest.raises(CalibrationError, match="no CUDA device"):
         resolve_device("cuda", none)
+
+
+def test_comm_ranks_are_checked_before_any_timing() -> None:
+    from simulator.calibrate.comm import check_ranks
+    from simulator.calibrate.device import resolve_device
+
+    torch = _fake_torch(["NVIDIA H200"])
+    gpu = resolve_device("cuda", torch)
+    with pytest.raises(CalibrationError, match="needs 2 GPUs"):
+        check_ranks(2, gpu, torch)
+    assert check_ranks(2, resolve_device("auto", _fake_torch([])), torch) == "gloo"
+    assert check_ranks(2, resolve_device("cuda", _fake_torch(["NVIDIA H200"] * 8)), _fake_torch(["x"] * 8)) == "nccl"
+    with pytest.raises(CalibrationError, match="at least 2"):
+        check_ranks(1, gpu, torch)

@@ -35,7 +35,8 @@ from simulator.calibrate.fit import fit_alpha_beta
 from simulator.calibrate.timing import Timing
 from simulator.costs.collectives import bus_bandwidth_factor
 
-__all__ = ["COMM_OPS", "CommPoint", "CommMeasurement", "comm_sizes", "measure_collectives", "fit_comm"]
+__all__ = ["COMM_OPS", "CommPoint", "CommMeasurement", "comm_sizes", "check_ranks", "measure_collectives",
+           "fit_comm"]
 
 COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 ELEMENT_BYTES = 4  # float32
@@ -68,18 +69,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def check_ranks(ranks: int, device: DeviceInfo, torch: Any) -> str:
+    """The backend for ``ranks`` processes on ``device`` (gloo on a CPU, NCCL with one GPU
+    each on CUDA), or :class:`CalibrationError` when this machine cannot host them."""
+    if ranks < 2:
+        raise CalibrationError(f"--comm {ranks}: needs at least 2 processes")
+    if device.kind == "cpu":
+        return "gloo"
+    count = torch.cuda.device_count()
+    if count < ranks:
+        raise CalibrationError(f"--comm {ranks} on CUDA needs {ranks} GPUs (NCCL, one per process); this "
+                               f"machine has {count}. Use --device cpu to measure gloo on the CPU")
+    return "nccl"
+
+
 def measure_collectives(ranks: int, device: DeviceInfo, *, quick: bool, timeout_s: float = 600.0) -> CommMeasurement:
     """Time the collectives over ``ranks`` local processes (see the module docstring)."""
     torch = import_torch()
-    if ranks < 2:
-        raise CalibrationError(f"--comm {ranks}: needs at least 2 processes")
-    backend = "gloo"
-    if device.kind == "cuda":
-        count = torch.cuda.device_count()
-        if count < ranks:
-            raise CalibrationError(f"--comm {ranks} on CUDA needs {ranks} GPUs (NCCL, one per process); this "
-                                   f"machine has {count}. Use --device cpu to measure gloo on the CPU")
-        backend = "nccl"
+    backend = check_ranks(ranks, device, torch)
     sizes = comm_sizes(backend, quick)
     trials, target_s = (5, 0.005) if quick else (10, 0.02)
     with tempfile.TemporaryDirectory(prefix="dtsim-comm-") as tmp:

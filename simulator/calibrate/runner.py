@@ -23,7 +23,6 @@ from simulator import __version__
 from simulator.calibrate import comm as comm_mod
 from simulator.calibrate.block import ClosedLoop, closed_loop
 from simulator.calibrate.device import (
-    CalibrationError,
     DeviceInfo,
     check_dtype,
     cuda_native_bf16,
@@ -128,8 +127,8 @@ def _metadata(torch: Any, device: DeviceInfo, dtype: str, options: CalibrationOp
 
 
 def _stream_sizes(device: DeviceInfo, quick: bool) -> tuple[int, int]:
-    """Elements of the reference stream (64 MiB of fp32 on a CPU, past its caches; 1 GiB of
-    fp32 on a GPU) and parameters of the optimizer step."""
+    """Elements of the reference stream (2^24 on a CPU, 64 MiB in fp32, past its caches; 2^28
+    on a GPU, 1 GiB in fp32) and parameters of the optimizer step."""
     if device.kind == "cuda":
         return 2**28, 2**24 if quick else 2**26
     return 2**24, 2**22 if quick else 2**23
@@ -147,8 +146,8 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
     device = resolve_device(options.device, torch, options.threads)
     dtype = options.dtype or default_dtype(device, torch)
     check_dtype(device, dtype, torch)
-    if options.comm_ranks is not None and options.comm_ranks < 2:
-        raise CalibrationError(f"--comm {options.comm_ranks}: needs at least 2 processes")
+    if options.comm_ranks is not None:
+        comm_mod.check_ranks(options.comm_ranks, device, torch)  # before minutes of kernel timing
     if device.kind == "cpu" and device.threads:
         torch.set_num_threads(device.threads)
     if device.kind == "cuda":

@@ -29,10 +29,13 @@ devices of one node, so this module recalibrates exactly that path of the cluste
    measured collectives, bounded so no step latency turns negative). ``base`` and the hop are
    those of the protocol the tuner picks for the smallest messages, which set the intercept.
 
-With this, the simulator reproduces the measured fit for the measured collective and rank
-count (to within the model's protocol switching), and every other collective on those links
-inherits the measured bandwidth and latency. Inter-node links keep their catalog values: a
-single-machine measurement says nothing about the network.
+With one measured collective the simulator reproduces its fit for the measured rank count
+(to within the model's protocol switching: LL / LL128 for mid-size messages); with several,
+their geometric-mean bandwidth and mean per-step latency. Every other collective and rank
+count on those links inherits them. Inter-node links (NIC, leaf, spine) keep their catalog
+values: a single-machine measurement says nothing about the network. A recalibrated
+``pcie`` tier is also the first hop from a GPU to its NIC, so on PCIe-only nodes network
+transfers see the measured GPU-side bandwidth too.
 """
 
 from __future__ import annotations
