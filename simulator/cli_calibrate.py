@@ -83,6 +83,8 @@ def calibrate(
         return
     path = write_profile(result.profile, out or default_out(result.device, result.dtype))
     _print_summary(result)
+    for warning in result.warnings:
+        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     console.print(f"profile written to [bold]{escape(str(path))}[/]; use it with: dtsim run SCENARIO --set "
                   f"cluster.calibration={escape(str(path))}", soft_wrap=True)
 

@@ -249,3 +249,18 @@ def test_comm_ranks_are_checked_before_any_timing() -> None:
     assert check_ranks(2, resolve_device("cuda", _fake_torch(["NVIDIA H200"] * 8)), _fake_torch(["x"] * 8)) == "nccl"
     with pytest.raises(CalibrationError, match="at least 2"):
         check_ranks(1, gpu, torch)
+
+
+def test_set_paths_are_relative_to_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator
+
+    profile = tmp_path / "cpu.yaml"
+    profile.write_text((ROOT / "topologies" / "calibration" / "builtin" / "a100-40gb.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    sc = simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml", overrides=["cluster.calibration=cpu.yaml"])
+    assert sc.cluster.calibration == str(profile)
+    # a path that does not exist from here keeps the scenario-relative meaning (and its error)
+    from simulator.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"scenarios/nope\.yaml"):
+        simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml", overrides=["cluster.calibration=nope.yaml"])

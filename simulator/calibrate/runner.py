@@ -14,7 +14,9 @@ prints.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -79,13 +81,43 @@ class CalibrationOptions:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A finished calibration: ``profile`` (a mapping in the profile file format)."""
+    """A finished calibration: ``profile`` (a mapping in the profile file format) and
+    ``warnings`` about its quality (also in the profile's metadata)."""
 
     device: DeviceInfo
     dtype: str
     profile: dict[str, Any]
     closed_loop: ClosedLoop
     comm: comm_mod.CommMeasurement | None
+    warnings: tuple[str, ...] = ()
+
+
+NOISY_SPREAD = 0.10  # median interquartile range / median above which timings are flagged
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def _quality_warnings(device: DeviceInfo, load_before: float | None, gemms: list[GemmPoint],
+                      loop: ClosedLoop) -> list[str]:
+    """Signs that the timings are not those of an idle device: a busy machine before the start
+    (1-minute load average at least half the CPUs, CPU calibrations), or a wide spread of
+    repeated runs."""
+    out = []
+    cpus = os.cpu_count() or 1
+    if device.kind == "cpu" and load_before is not None and load_before >= 0.5 * cpus:
+        out.append(f"the machine was busy when the calibration started (1-minute load {load_before:.1f} on {cpus} "
+                   "CPUs): other processes share the cores, so timings are slow and noisy; calibrate on an idle "
+                   "machine, or with fewer --threads")
+    spread = statistics.median(g.timing.spread for g in gemms)
+    if spread > NOISY_SPREAD or loop.measured.spread > 2 * NOISY_SPREAD:
+        out.append(f"timings were noisy (median spread of the GEMM runs {100 * spread:.0f}%, of the closed-loop "
+                   f"block {100 * loop.measured.spread:.0f}%); the tables and the closed-loop error are uncertain")
+    return out
 
 
 def default_dtype(device: DeviceInfo, torch: Any) -> str:
@@ -142,6 +174,7 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
     :class:`~simulator.errors.ScenarioError` for a bad ``--scenario`` file.
     """
     progress = progress or _Silent()
+    load_before = _load_average()
     torch = import_torch()
     device = resolve_device(options.device, torch, options.threads)
     dtype = options.dtype or default_dtype(device, torch)
@@ -199,5 +232,8 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
         profile["metadata"]["measurements"]["comm"] = [
             {"op": p.op, "nbytes": p.nbytes, **p.timing.as_dict()} for p in measurement.points]
         progress.step(f"collectives over {options.comm_ranks} processes ({measurement.backend})")
+    warnings = _quality_warnings(device, load_before, gemms, loop)
+    profile["metadata"]["warnings"] = warnings
+    profile["metadata"]["load_average_at_start"] = load_before
     validate_profile(profile)
-    return Calibration(device, dtype, profile, loop, measurement)
+    return Calibration(device, dtype, profile, loop, measurement, tuple(warnings))
