@@ -1,7 +1,7 @@
 """Collectives between N local processes (``dtsim calibrate --comm N``).
 
 N processes are spawned with ``torch.multiprocessing`` and joined in a ``torch.distributed``
-process group over TCP on 127.0.0.1: NCCL with one GPU per process when the calibration
+process group (rendezvous through a file in a temporary folder, so no port can clash): NCCL with one GPU per process when the calibration
 runs on CUDA (N GPUs needed), gloo on the CPU otherwise. Each process times all-reduce,
 all-gather and reduce-scatter over a range of sizes, nccl-tests style (``D`` = the vector for
 all-reduce, the total output for all-gather, the total input for reduce-scatter; float32
@@ -19,8 +19,6 @@ sample is agreed by all ranks from the slowest rank's first call.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import statistics
 import tempfile
 import time
@@ -63,12 +61,6 @@ def comm_sizes(backend: str, quick: bool) -> list[int]:
     return [2**e for e in range(lo, hi + 1, 2)]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def check_ranks(ranks: int, device: DeviceInfo, torch: Any) -> str:
     """The backend for ``ranks`` processes on ``device`` (gloo on a CPU, NCCL with one GPU
     each on CUDA), or :class:`CalibrationError` when this machine cannot host them."""
@@ -91,7 +83,7 @@ def measure_collectives(ranks: int, device: DeviceInfo, *, quick: bool, timeout_
     trials, target_s = (5, 0.005) if quick else (10, 0.02)
     with tempfile.TemporaryDirectory(prefix="dtsim-comm-") as tmp:
         result = Path(tmp) / "result.json"
-        args = (ranks, backend, _free_port(), sizes, trials, target_s, str(result))
+        args = (ranks, backend, f"file://{Path(tmp) / 'rendezvous'}", sizes, trials, target_s, str(result))
         import torch.multiprocessing as mp
 
         context = mp.start_processes(_worker, args=args, nprocs=ranks, join=False, start_method="spawn")
@@ -149,20 +141,19 @@ def _collective_call(op: str, all_reduce: Any, all_gather: Any, reduce_scatter: 
     return lambda: reduce_scatter(part, full)
 
 
-def _worker(rank: int, ranks: int, backend: str, port: int, sizes: list[int], trials: int, target_s: float,
+def _worker(rank: int, ranks: int, backend: str, init_method: str, sizes: list[int], trials: int, target_s: float,
             result_path: str) -> None:
     import torch
     import torch.distributed as dist
 
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
     if backend == "nccl":
         torch.cuda.set_device(rank)
         dev = f"cuda:{rank}"
     else:
         torch.set_num_threads(1)
         dev = "cpu"
-    dist.init_process_group(backend, rank=rank, world_size=ranks, timeout=timedelta(seconds=120))
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=ranks,
+                            timeout=timedelta(seconds=120))
     all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
