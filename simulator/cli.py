@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator import units
+from simulator.cli_calibrate import calibrate as calibrate_command
 from simulator.errors import ScenarioError
 
 __all__ = ["app", "main"]
@@ -380,6 +381,10 @@ def validate(
     if not no_docs:
         path = write_markdown(result, docs)
         console.print(f"report written to {path}")
+
+
+# dtsim calibrate (simulator/cli_calibrate.py; PyTorch is imported only when it runs)
+app.command(name="calibrate")(calibrate_command)
 
 
 def main() -> None:

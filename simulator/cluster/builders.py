@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from simulator.cluster.comm_profile import apply_comm_profile
 from simulator.cluster.graph import ClusterGraph, Vertex
 from simulator.scenario import hardware
 from simulator.scenario.spec import ClusterSpec, FabricSpec
@@ -259,7 +260,8 @@ FABRIC_BUILDERS: dict[str, Callable[[ClusterGraph, FabricSpec], None]] = {
 
 
 def build_cluster(spec: ClusterSpec) -> ClusterGraph:
-    """Build the whole cluster graph for a validated :class:`ClusterSpec`."""
+    """Build the whole cluster graph for a validated :class:`ClusterSpec` (with the intra-node
+    links recalibrated when ``spec.calibration`` holds measured collectives)."""
     node_type = spec.node_type
     transport_kind = spec.fabric.transport or node_type.nics.transport
     cluster = ClusterGraph(
@@ -280,4 +282,6 @@ def build_cluster(spec: ClusterSpec) -> ClusterGraph:
         f"{transport_kind} {spec.fabric.kind}"
         + (f" {spec.fabric.oversubscription:g}:1" if spec.fabric.oversubscription != 1 else "")
     )
+    if spec.calibration is not None:  # measured collectives override the intra-node links
+        apply_comm_profile(cluster, spec.calibration)
     return cluster

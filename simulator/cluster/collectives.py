@@ -81,6 +81,7 @@ class PhasePlan:
     nodes: int
     channels: int = 1
     channel_net_bytes_per_s: float = 0.0
+    intra_latency_s: float = 0.0
 
     def seconds_per_byte(self, cluster: ClusterGraph) -> float:
         links = cluster.links
@@ -117,7 +118,7 @@ class CollectivePlan:
             ll128_ok=self.ll128_ok,
             phases=tuple(
                 PhaseShape(p.seconds_per_byte(cluster), p.steps, p.inter_steps, p.intra_class, p.net_latency_s,
-                           p.ppn, p.nodes, p.channels, p.channel_net_bytes_per_s)
+                           p.ppn, p.nodes, p.channels, p.channel_net_bytes_per_s, p.intra_latency_s)
                 for p in self.phases
             ),
         )
@@ -409,6 +410,7 @@ class CollectivePlanner:
             net_latency_s=net_latency,
             ppn=ppn,
             nodes=nodes,
+            intra_latency_s=self.cluster.intra_hop_latency_s,
         )
 
     def _ll128_ok(self, phase: PhasePlan) -> bool:

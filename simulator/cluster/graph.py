@@ -79,6 +79,9 @@ class ClusterGraph:
     nic_leaf: dict[str, str] = field(default_factory=dict)
     leaf_spines: dict[str, list[str]] = field(default_factory=dict)
     description: str = ""
+    # extra latency per intra-node collective step, on top of NCCL's hop constants; set from a
+    # measured profile's comm fits (simulator.cluster.comm_profile), 0 without one
+    intra_hop_latency_s: float = 0.0
 
     # -- construction --------------------------------------------------------------------
 

@@ -81,6 +81,7 @@ class PhaseShape:
     nodes: int
     channels: int = 1
     channel_net_bytes_per_s: float = 0.0  # network bandwidth of one channel (trees' pipeline fill)
+    intra_latency_s: float = 0.0  # measured extra latency per intra-node step (dtsim calibrate --comm)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def _family(algorithm: str) -> str:
 
 def _phase_latency(model: NcclModel, algorithm: str, protocol: str, phase: PhaseShape) -> float:
     fam = _family(algorithm)
-    intra = model.hop_latency[phase.intra_class][fam][protocol]
+    intra = model.hop_latency[phase.intra_class][fam][protocol] + phase.intra_latency_s
     net = model.hop_latency["net"][fam][protocol] + phase.net_latency_s
     if algorithm == "tree":
         levels = math.ceil(math.log2(phase.nodes)) if phase.nodes > 1 else 0

@@ -88,6 +88,24 @@ def scenario_from_mapping(
     raise error from None
 
 
+# --set values that name files: a relative path that exists from the working directory means
+# that file (dtsim run s.yaml --set cluster.calibration=cpu.yaml); otherwise, as in the
+# scenario file, it is relative to the scenario's folder
+_PATH_KEYS = {("cluster", "calibration"), ("cluster", "topology"), ("cluster", "node")}
+
+
+def _override_paths_from_cwd(data: dict[str, Any], applied: dict[tuple[str, ...], str]) -> None:
+    for path in applied:
+        if path not in _PATH_KEYS or not isinstance(data.get(path[0]), dict):
+            continue
+        section = data[path[0]]
+        value = section.get(path[1])
+        if isinstance(value, str) and (value.endswith((".yaml", ".yml")) or "/" in value):
+            candidate = Path(value).expanduser()
+            if not candidate.is_absolute() and candidate.is_file():
+                section[path[1]] = str(candidate.resolve())
+
+
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | None = None) -> Scenario:
     """Load, override and validate a scenario file (CONTRACT.md: ``simulator.load_scenario``)."""
     path = Path(path)
@@ -98,5 +116,6 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | Non
         raise ScenarioError("a scenario must be a mapping of sections (model, cluster, ...)", file=str(path), line=1)
     data = to_plain(root)
     applied = apply_overrides(data, list(overrides or []))
+    _override_paths_from_cwd(data, applied)
     return scenario_from_mapping(data, root=root, file=str(path), base_dir=path.resolve().parent, applied=applied)
 

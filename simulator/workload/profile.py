@@ -7,10 +7,15 @@ from pathlib import Path
 
 from simulator.costs.compute import ComputeProfile, EfficiencyCurve
 from simulator.errors import ScenarioError
-from simulator.scenario.calibration import CurveSpec, builtin_profile_path, load_profile_spec
+from simulator.scenario.calibration import CurveSpec, ProfileSpec, builtin_profile_path, load_profile_spec
 from simulator.scenario.hardware import GpuSpec
+from simulator.scenario.types import PRECISIONS
 
-__all__ = ["compute_profile"]
+__all__ = ["compute_profile", "profile_from_spec"]
+
+# a precision a measured device profile lacks runs at the peak of its nearest measured one
+# (the same aliases ComputeProfile uses for missing efficiency tables)
+_PEAK_ALIASES = {"fp16": "bf16", "bf16": "fp16", "tf32": "fp32", "fp8": "bf16", "fp32": "tf32"}
 
 
 def _curves(table: dict[str, CurveSpec]) -> dict[str, EfficiencyCurve]:
@@ -23,13 +28,43 @@ def compute_profile(gpu: GpuSpec, calibration: str | None) -> ComputeProfile:
     if not path.is_file():
         raise ScenarioError(f"no compute profile for GPU {gpu.name!r} at {path}", field="cluster.calibration")
     spec = load_profile_spec(str(path))
-    peaks = {p: v for p in ("fp32", "tf32", "fp16", "bf16", "fp8") if (v := gpu.peak_flops_per_s(p))}  # type: ignore[arg-type]
-    peaks.update(spec.peak_flops)
     name = str(path) if calibration else f"builtin:{gpu.name}"
+    return profile_from_spec(spec, gpu, name)
+
+
+def profile_from_spec(spec: ProfileSpec, gpu: GpuSpec | None, name: str) -> ComputeProfile:
+    """Turn a profile file's contents into a :class:`ComputeProfile`.
+
+    A profile of a catalog GPU (``spec.gpu`` set) starts from ``gpu``'s datasheet peaks and
+    HBM bandwidth; the profile's own ``peak_flops`` and ``memory_bandwidth`` override them.
+    A profile measured on a device outside the catalog (``spec.gpu`` None: a CPU, or a GPU
+    dtsim does not know) describes that device alone: only its own peaks and bandwidth are
+    used, and a precision it did not measure runs at the peak of the nearest one it did
+    (fp16 <-> bf16, tf32 <-> fp32, fp8 -> bf16, else the first listed), as its efficiency
+    tables do. ``gpu`` may be None only for such a profile.
+    """
+    peaks: dict[str, float] = {}
+    if spec.gpu is not None and gpu is not None:
+        peaks = {p: v for p in PRECISIONS if (v := gpu.peak_flops_per_s(p))}  # type: ignore[arg-type]
+    peaks.update(spec.peak_flops)
+    if spec.gpu is None:
+        if not spec.peak_flops:
+            raise ScenarioError("a profile that names no catalog gpu needs peak_flops", field="peak_flops", file=name)
+        for precision in PRECISIONS:
+            if precision not in peaks:
+                alias = _PEAK_ALIASES.get(precision)
+                peaks[precision] = spec.peak_flops[alias] if alias in spec.peak_flops else next(
+                    iter(spec.peak_flops.values()))
+    bandwidth = spec.memory_bandwidth_bytes_per_s
+    if bandwidth is None:
+        if gpu is None or spec.gpu is None:
+            raise ScenarioError("a profile that names no catalog gpu needs memory_bandwidth", field="memory_bandwidth",
+                                file=name)
+        bandwidth = gpu.memory_bandwidth_bytes_per_s
     return ComputeProfile(
         name=name,
         peak_flops_per_s=peaks,
-        memory_bandwidth_bytes_per_s=spec.memory_bandwidth_bytes_per_s or gpu.memory_bandwidth_bytes_per_s,
+        memory_bandwidth_bytes_per_s=bandwidth,
         gemm=_curves(spec.gemm),
         attention_fwd=_curves(spec.attention_fwd),
         attention_bwd=_curves(spec.attention_bwd),

@@ -1,0 +1,155 @@
+"""dtsim calibrate on this machine's CPU with PyTorch (skipped without torch).
+
+The quick CPU calibration runs once per module (about ten seconds); the tests check the file
+it writes, that simulated compute with it is slower than with the built-in A100 tables (the
+expected direction, on the simulator's own numbers), the closed loop, --comm 2 over gloo, and
+the refusals. ``--threads 1`` keeps the timings steady on a shared CI machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import simulator
+from simulator.cli import app
+from simulator.scenario.calibration import load_profile_spec
+from simulator.scenario.hardware import gpu_catalog
+from simulator.scenario.spec import ModelSpec
+from simulator.workload.model import Shard, backward_of, block_forward, kernels_time_s
+from simulator.workload.profile import compute_profile
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                       reason="needs torch: pip install torch==2.13.0 && pip install 'dtsim[calibrate]'"),
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def _calibrate(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["calibrate", *args])
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def cpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("calibrate") / "tmp.yaml"
+    code, output = _calibrate("--device", "cpu", "--quick", "--dtype", "fp32", "--threads", "1", "--out", str(out))
+    assert code == 0, output
+    assert "closed loop" in output and "error" in output
+    return out
+
+
+def test_quick_cpu_calibration_writes_a_valid_profile(cpu_profile: Path) -> None:
+    spec = load_profile_spec(str(cpu_profile))
+    assert spec.calibrated and spec.gpu is None and spec.device and spec.device.startswith("cpu")
+    assert set(spec.peak_flops) == {"fp32"} and spec.peak_flops["fp32"] > 1e8
+    assert spec.memory_bandwidth_bytes_per_s and spec.memory_bandwidth_bytes_per_s > 1e8
+    assert 0 < spec.launch_overhead_s < 1e-3
+    for table in (spec.gemm, spec.attention_fwd, spec.attention_bwd):
+        curve = table["fp32"]
+        assert len(curve.log10_flops) >= 2 and all(0 < e <= 1 for e in curve.efficiency)
+    meta = spec.metadata
+    # the peak is the best GEMM rate measured: that GEMM has efficiency 1
+    assert max(m["efficiency"] for m in meta["measurements"]["gemm"]) == pytest.approx(1.0, abs=1e-3)
+    for key in ("device_name", "torch_version", "dtype", "threads", "date", "host"):
+        assert meta[key] not in (None, ""), key
+    assert meta["dtype"] == "fp32" and meta["threads"] == 1
+    assert len(meta["measurements"]["gemm"]) >= 10
+    assert all(m["median_s"] > 0 and m["p75_s"] >= m["p25_s"] for m in meta["measurements"]["gemm"])
+
+
+def test_closed_loop_compares_a_real_block_with_the_simulator(cpu_profile: Path) -> None:
+    loop = load_profile_spec(str(cpu_profile)).closed_loop
+    assert loop["measured_s"] > 0 and loop["predicted_s"] > 0
+    error = 100 * (loop["predicted_s"] - loop["measured_s"]) / loop["measured_s"]
+    assert loop["error_pct"] == pytest.approx(error, abs=0.01)
+    assert math.isfinite(loop["error_pct"]) and abs(loop["error_pct"]) < 90  # same order of magnitude
+    assert set(loop["predicted_by_kind_s"]) == {"gemm", "attention", "memory"}
+
+
+def test_cpu_profile_makes_simulated_compute_slower_than_builtin_a100(cpu_profile: Path) -> None:
+    a100 = gpu_catalog()["a100-80gb"]
+    builtin = compute_profile(a100, None)
+    measured = compute_profile(a100, str(cpu_profile))
+    model = ModelSpec.model_validate("gpt3-1.3b")
+    for precision in ("fp32", "bf16"):
+        forward = block_forward(model, Shard(batch=1, seq=2048, precision=precision))
+        kernels = forward + backward_of(forward)
+        gpu_s = kernels_time_s(builtin, kernels, precision)
+        cpu_s = kernels_time_s(measured, kernels, precision)
+        # this block runs 3 x 24 b s h^2 GEMM FLOPs and 3.5 x 4 b s^2 h / 2 attention FLOPs
+        # (causal; FlashAttention's backward is 2.5x its forward) = 6.8e11 FLOPs: an A100 needs a
+        # bit more than FLOPs / peak (312 TFLOP/s bf16, 19.5 fp32), a CPU at ~1e11 FLOP/s seconds
+        flops = sum(k.flops for k in kernels)
+        assert flops == pytest.approx(3 * 24 * 2048 * 2048**2 + 3.5 * 4 * 2048**2 * 2048 / 2, rel=1e-9)
+        peak = a100.peak_flops_per_s(precision)  # type: ignore[arg-type]
+        assert peak and flops / peak < gpu_s < 3 * flops / peak, (precision, gpu_s)
+        assert cpu_s > 100 * gpu_s, (precision, cpu_s, gpu_s)
+    plain = simulator.simulate(simulator.load_scenario(QUICKSTART))
+    calibrated = simulator.simulate(simulator.load_scenario(QUICKSTART,
+                                                            overrides=[f"cluster.calibration={cpu_profile}"]))
+    assert calibrated.step_time_s > 100 * plain.step_time_s
+    assert calibrated.calibration == str(cpu_profile) and plain.calibration.startswith("uncalibrated")
+
+
+def test_run_uses_the_profile_from_the_cli(cpu_profile: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(QUICKSTART), "--set", f"cluster.calibration={cpu_profile}"])
+    assert result.exit_code == 0, result.output
+    assert "calibration" in result.output
+
+
+def test_comm_2_with_gloo_fits_and_overrides_links(tmp_path: Path) -> None:
+    out = tmp_path / "comm.yaml"
+    code, output = _calibrate("--device", "cpu", "--quick", "--threads", "1", "--comm", "2", "--out", str(out))
+    assert code == 0, output
+    spec = load_profile_spec(str(out))
+    assert set(spec.comm) == {"all_reduce", "all_gather", "reduce_scatter"}
+    for fit in spec.comm.values():
+        assert fit.ranks == 2 and fit.backend == "gloo"
+        assert fit.alpha_s >= 0 and fit.beta_s_per_byte > 0 and fit.bus_bandwidth_bytes_per_s
+    points = spec.metadata["measurements"]["comm"]
+    assert {p["op"] for p in points} == set(spec.comm) and all(p["median_s"] > 0 for p in points)
+    # replayed on two NVLink GPUs of a DGX A100, the links carry the geometric mean of the
+    # measured bus bandwidths (one capacity serves every collective) and the mean latency
+    busbw = [fit.bus_bandwidth_bytes_per_s or 0.0 for fit in spec.comm.values()]
+    geo_busbw = math.prod(busbw) ** (1 / len(busbw))
+    alpha = sum(fit.alpha_s for fit in spec.comm.values()) / len(spec.comm)
+    nbytes = 2**28
+    cluster = {"node": "dgx-a100", "nodes": 1, "gpus_per_node": 2, "calibration": str(out)}
+    simulated = {op: simulator.simulate_collective(cluster, op, nbytes, "ring") for op in spec.comm}
+    for op, seconds in simulated.items():
+        factor = 1.0 if op == "all_reduce" else 0.5  # 2(N-1)/N, (N-1)/N for N = 2
+        expected = alpha + nbytes * factor / geo_busbw
+        assert seconds == pytest.approx(expected, rel=0.05), (op, seconds, expected, spec.comm)
+    plain = simulator.simulate_collective({"node": "dgx-a100", "nodes": 1, "gpus_per_node": 2}, "all_reduce", nbytes)
+    assert simulated["all_reduce"] > 10 * plain  # gloo between CPU processes is far slower than NVLink
+
+
+def test_low_precision_is_refused_on_a_cpu_without_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import simulator.calibrate.device as device
+
+    monkeypatch.setattr(device, "cpu_flags", lambda: ("x86_64", {"avx2", "avx512f", "avx512bw"}))
+    for dtype in ("bf16", "fp16"):
+        code, output = _calibrate("--device", "cpu", "--dtype", dtype, "--quick", "--out", str(tmp_path / "x.yaml"))
+        assert code == 2
+        assert f"no native {dtype}" in output and "emulat" in output
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_bad_requests_exit_2() -> None:
+    import torch
+
+    assert _calibrate("--device", "tpu")[0] == 2
+    assert _calibrate("--device", "cpu", "--dtype", "fp64")[0] == 2
+    assert _calibrate("--device", "cpu", "--scenario", "no/such/file.yaml")[0] == 2
+    if not torch.cuda.is_available():
+        code, output = _calibrate("--device", "cuda")
+        assert code == 2 and "no CUDA device" in output
