@@ -91,9 +91,9 @@ def _rescale(cluster: ClusterGraph, scales: dict[str, float]) -> None:
             continue
         capacity = link.capacity_bytes_per_s * factor
         if capacity <= link.bandwidth_bytes_per_s:
-            cluster.links[i] = replace(link, efficiency=capacity / link.bandwidth_bytes_per_s)
+            cluster.links[i] = link._replace(efficiency=capacity / link.bandwidth_bytes_per_s)
         else:
-            cluster.links[i] = replace(link, bandwidth_bytes_per_s=capacity, efficiency=1.0)
+            cluster.links[i] = link._replace(bandwidth_bytes_per_s=capacity, efficiency=1.0)
 
 
 def _rings(cluster: ClusterGraph, fits: dict[str, CommFit]) -> dict[str, tuple[CollectiveShape, set[str], int]]:

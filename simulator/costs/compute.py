@@ -64,6 +64,7 @@ class ComputeProfile:
     attention_bwd: dict[str, EfficiencyCurve]
     memory_efficiency: float = 0.8
     launch_overhead_s: float = 4e-6
+    sustained_compute_fraction: float = 1.0
     calibrated: bool = False
     source: str = ""
     extra: dict[str, float] = field(default_factory=dict)
@@ -84,11 +85,11 @@ class ComputeProfile:
         return next(iter(table.values()))
 
     def gemm_efficiency(self, flops: float, precision: str) -> float:
-        return self._pick(self.gemm, precision)(flops)
+        return self._pick(self.gemm, precision)(flops) * self.sustained_compute_fraction
 
     def attention_efficiency(self, flops: float, precision: str, backward: bool) -> float:
         table = self.attention_bwd if backward else self.attention_fwd
-        return self._pick(table, precision)(flops)
+        return self._pick(table, precision)(flops) * self.sustained_compute_fraction
 
     @property
     def memory_bytes_per_s(self) -> float:

@@ -45,6 +45,8 @@ class ProfileSpec(Frozen):
     memory_bandwidth_bytes_per_s: Rate | None = Field(None, alias="memory_bandwidth")
     memory_efficiency: Fraction = 0.85
     launch_overhead_s: Seconds = Field(4e-6, alias="launch_overhead")
+    sustained_compute_fraction: Fraction = Field(
+        1.0, description="tensor-core throughput in a long training run relative to the tables' short benchmarks")
     peak_flops: dict[str, FlopRate] = Field(default_factory=dict)
     gemm: dict[str, CurveSpec]
     attention_fwd: dict[str, CurveSpec]

@@ -341,8 +341,9 @@ class TrainingSpec(Frozen):
     precision: Precision = Field("bf16", description="compute precision; fp16/bf16/fp8 use fp32 master weights")
     recompute: Recompute = Field("none", description="activation recomputation (Korthikanti et al. 2022)")
     flash_attention: bool = Field(True, description="fused attention that never stores the s x s scores")
-    flash_attention_version: Literal[1, 2, 3] = Field(
-        2, description="FlashAttention generation (kernel speed): 1 (2022), 2 (2023, default), 3 (2024, Hopper only)"
+    flash_attention_version: Literal[1, 2, 3, "triton"] = Field(
+        2, description="fused-attention kernel (speed): 1 (FlashAttention, 2022), 2 (FlashAttention-2, default), "
+        "3 (FlashAttention-3, Hopper only), triton (the Triton FlashAttention of 2023, e.g. MPT's attn_impl: triton)"
     )
     optimizer: Literal["adam", "sgd"] = Field("adam", description="adam: K = 12 bytes/param of fp32 states")
     grad_reduce_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(

@@ -31,11 +31,13 @@ __all__ = ["Kernel", "Shard", "block_forward", "block_backward", "embedding_forw
 # dK) against 2 (Dao 2023, "FlashAttention-2", §3.1).
 FLASH_BWD_FLOP_RATIO = 2.5
 
-# Speed of each FlashAttention generation relative to the efficiency tables (which describe
+# Speed of each fused-attention kernel relative to the efficiency tables (which describe
 # FlashAttention-2): FlashAttention-2 is "around 2x faster" than FlashAttention, which reached
-# "25-40% of the theoretical maximum FLOPs/s" on A100 (Dao 2023, abstract and §4); FlashAttention-3
-# is "1.5-2.0x faster than FlashAttention-2" in FP16 on H100 (Shah et al. 2024, abstract): 1.5.
-FLASH_VERSION_SPEED = {1: 0.5, 2: 1.0, 3: 1.5}
+# "25-40% of the theoretical maximum FLOPs/s" on A100 (Dao 2023, abstract and §4); it is
+# 1.3-2.5x faster than the Triton implementation of FlashAttention (Dao 2023, §4.1): the
+# geometric middle, 1.8x; FlashAttention-3 is "1.5-2.0x faster than FlashAttention-2" in FP16
+# on H100 (Shah et al. 2024, abstract): 1.5.
+FLASH_VERSION_SPEED: dict[int | str, float] = {1: 0.5, 2: 1.0, 3: 1.5, "triton": 1 / 1.8}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,7 @@ class Shard:
     sequence_parallel: bool = False
     flash: bool = True
     precision: str = "bf16"
-    flash_version: int = 2
+    flash_version: int | str = 2
 
     @property
     def tokens(self) -> float:
@@ -185,7 +187,7 @@ def optimizer_kernel(n_params: float, precision: str, optimizer: str) -> Kernel:
     return _memory("optimizer", n_params * per, "optimizer")
 
 
-def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, flash_version: int = 2) -> float:
+def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, flash_version: int | str = 2) -> float:
     """Roofline time of one kernel (GEMMs use the precision's tensor-core peak)."""
     if kernel.kind == "gemm":
         assert kernel.mnk is not None
@@ -200,5 +202,6 @@ def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, fl
     return cc.memory_time_s(profile, kernel.nbytes)
 
 
-def kernels_time_s(profile: cc.ComputeProfile, kernels: list[Kernel], precision: str, flash_version: int = 2) -> float:
+def kernels_time_s(profile: cc.ComputeProfile, kernels: list[Kernel], precision: str,
+                   flash_version: int | str = 2) -> float:
     return sum(kernel_time_s(profile, k, precision, flash_version) for k in kernels)

@@ -70,6 +70,7 @@ def profile_from_spec(spec: ProfileSpec, gpu: GpuSpec | None, name: str) -> Comp
         attention_bwd=_curves(spec.attention_bwd),
         memory_efficiency=spec.memory_efficiency,
         launch_overhead_s=spec.launch_overhead_s,
+        sustained_compute_fraction=spec.sustained_compute_fraction,
         calibrated=spec.calibrated,
         source="; ".join(spec.sources) if spec.sources else str(spec.metadata.get("source", "")),
     )
