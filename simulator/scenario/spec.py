@@ -517,7 +517,8 @@ class Scenario(Frozen):
         if par.stage_layers is not None:
             if len(par.stage_layers) != stages or sum(par.stage_layers) != layers:
                 raise InfeasibleError(
-                    f"stage_layers needs {stages} entries summing to model.layers={layers}",
+                    f"stage_layers needs one entry per (virtual) pipeline stage, pp*virtual_stages = {stages}, "
+                    f"summing to model.layers={layers}; got {len(par.stage_layers)} summing to {sum(par.stage_layers)}",
                     field="parallelism.stage_layers",
                 )
             return tuple(par.stage_layers)
