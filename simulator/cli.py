@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from simulator import units
@@ -163,6 +173,86 @@ def _print_summary(result: Any, sc: Any) -> None:
                   f"{result.engine['network_entities']} transfers ({result.engine['network']} network, "
                   f"symmetry {result.engine['symmetry']})")
     console.print(table)
+
+
+# ----------------------------------------------------------------------------------------
+# sweep
+
+
+@app.command()
+def sweep(
+    sweep_file: Annotated[Path, typer.Argument(help="sweep YAML file (base scenario + axes)")],
+    executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
+                                          "ray | ray://HOST:PORT")] = "local",
+    out: Annotated[Path | None, typer.Option("--out", help="output folder (default: out/<sweep file name>)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default: CPUs here)")] = None,
+) -> None:
+    """Simulate every point of a sweep in parallel; write results.csv, results.json and scaling.html.
+
+    Finished points are cached in OUT/cache: run the same command again to resume an
+    interrupted sweep. Infeasible and out-of-memory points are recorded with their reason.
+    """
+    from simulator.executors import open_executor
+    from simulator.sweep import feasible_rows, run_sweep, write_results
+    from simulator.sweepfile import expand_sweep, load_sweep
+
+    loaded = _guard(lambda: load_sweep(sweep_file))
+    points = _guard(lambda: expand_sweep(loaded))
+    out_dir = out if out is not None else Path("out") / sweep_file.stem
+    spec = loaded.spec
+    invalid = sum(p.scenario is None for p in points)
+    console.print(f"[bold]{spec.name or sweep_file.stem}[/]: {len(points)} points ({invalid} invalid), "
+                  f"executor {executor}, results in {out_dir}")
+    with _sweep_progress() as (bar, update):
+        task = bar.add_task("sweep", total=len(points))
+
+        def run_all() -> Any:
+            with open_executor(executor, workers) as pool:
+                return run_sweep(points, out_dir, executor=pool, varied=spec.varied_fields,
+                                 series=spec.series_fields(), progress=lambda p: update(task, p))
+
+        result = _guard(run_all)
+    meta = {"sweep_file": str(sweep_file), "base": str(loaded.base_path), "name": spec.name,
+            "executor": executor, "wall_s": result.wall_s}
+    paths = write_results(result, out_dir, meta=meta)
+    html = out_dir / "scaling.html"
+    _write_scaling_html(feasible_rows(result.rows), html, title=spec.name or sweep_file.stem,
+                        by_series=bool(spec.series_fields()))
+    console.print(f"{len(points)} points: {result.simulated} simulated, {result.cached} from cache, "
+                  f"{result.failed} infeasible or failed, {result.wall_s:.1f} s")
+    for path in (*paths, html):
+        console.print(f"  {path}")
+
+
+class _Failures(ProgressColumn):
+    def render(self, task: Any) -> Any:
+        from rich.text import Text
+
+        failed = task.fields.get("failed", 0)
+        cached = task.fields.get("cached", 0)
+        return Text(f"{failed} failed, {cached} cached", style="red" if failed else "dim")
+
+
+@contextmanager
+def _sweep_progress() -> Iterator[tuple[Progress, Callable[[Any, Any], None]]]:
+    """A rich progress bar: done/total, failures and cached points, elapsed and ETA."""
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _Failures(),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+
+    def update(task: Any, state: Any) -> None:
+        bar.update(task, completed=state.done, failed=state.failed, cached=state.cached)
+
+    with bar:
+        yield bar, update
+
+
+def _write_scaling_html(rows: list[Any], path: Path, *, title: str, by_series: bool) -> None:
+    from simulator.viz.scaling import scaling_figure
+
+    fig = scaling_figure(rows, gpus_key="world_size", throughput_key="tokens_per_s",
+                         series_key="series" if by_series else None, title=title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
 
 
 # ----------------------------------------------------------------------------------------
