@@ -265,21 +265,30 @@ def run_sweep(
     report()
 
     futures: dict[Future[Any], str] = {}
+    harvested: set[Future[Any]] = set()
+
+    def harvest(future: Future[Any]) -> None:
+        harvested.add(future)
+        key = futures[future]
+        outcome, cacheable = _outcome(future)
+        if cacheable:
+            cache.put(key, outcome)
+        stats["simulated"] += 1
+        for index in pending[key]:
+            finish(index, outcome, from_cache=False)
+        report()
+
     try:
         for key, payload in payloads.items():
             futures[executor.submit(simulate_point, payload)] = key
         for future in as_completed(futures):
-            key = futures[future]
-            outcome, cacheable = _outcome(future)
-            if cacheable:
-                cache.put(key, outcome)
-            stats["simulated"] += 1
-            for index in pending[key]:
-                finish(index, outcome, from_cache=False)
-            report()
+            harvest(future)
     except BaseException:
         for future in futures:
             future.cancel()
+        for future in futures:  # keep what finished before the interrupt
+            if future not in harvested and future.done() and not future.cancelled():
+                harvest(future)
         raise
 
     rows = [_row(point, outcomes[point.index], varied) for point in points]

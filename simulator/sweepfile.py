@@ -254,7 +254,8 @@ def _point(sweep: SweepFile, index: int, values: dict[str, Any]) -> SweepPoint:
         set_path(data, path, value)
         all_values[path] = value
     try:
-        scenario = scenario_from_mapping(data, file=str(sweep.base_path), base_dir=sweep.base_path.parent)
+        # no file: the reason belongs to the point (its row names it), not to a line of the base
+        scenario = scenario_from_mapping(data, base_dir=sweep.base_path.parent)
     except ScenarioError as exc:
         return SweepPoint(index, all_values, None, str(exc))
     return SweepPoint(index, all_values, scenario)
