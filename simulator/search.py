@@ -178,7 +178,9 @@ class SearchReport:
     enumerated: int = 0
     invalid: int = 0
     over_memory: int = 0
-    bounded_out: int = 0  # candidates whose compute bound could not beat the top predictions
+    candidates: int = 0  # layouts left after both prunings, each with its lightest admitted recompute policy
+    retried: int = 0  # candidates queued again with a heavier recompute policy after running out of memory
+    bounded_out: int = 0  # candidates whose step bound could not beat the top predictions
     capped: int = 0  # candidates left when max_estimates was reached
     estimated: int = 0  # candidates whose step time was predicted from short runs (or simulated whole)
     simulated_oom: int = 0  # of those, out of memory in the simulation
@@ -452,6 +454,7 @@ def search(
         return hours * layout.nodes * price.usd_per_hour
 
     queue = [(score(step_bound_s(c.scenario, profile), c.layout), c) for c in candidates(base, space, report)]
+    report.candidates = len(queue)
     queue.sort(key=lambda item: (item[0], item[1].label))
     estimates: list[tuple[float, _Estimate]] = []
     threshold = math.inf
@@ -471,6 +474,7 @@ def search(
                 if est.oom:
                     report.simulated_oom += 1
                     if cand.fallbacks:  # the next heavier recompute policy the estimate admitted
+                        report.retried += 1
                         heavier = replace(cand, recompute=cand.fallbacks[0], fallbacks=cand.fallbacks[1:],
                                           scenario=_scenario(base_json, cand.layout, cand.fallbacks[0]))
                         bisect.insort(queue, (score(step_bound_s(heavier.scenario, profile), heavier.layout),
