@@ -344,8 +344,8 @@ def _print_search(report: Any, base: Any) -> None:
     console.print(f"time to train: {report.tokens:.3g} tokens"
                   + (" (20 per parameter, Hoffmann et al. 2022)" if report.tokens_default else ""), highlight=False)
     for node, price in report.prices.items():
-        label = "ESTIMATE, " if price.kind == "estimate" else ""
-        console.print(f"cost: {node} at ${price.usd_per_hour:,.2f} per node-hour ({label}{price.kind}, {price.date}; "
+        kind = "an ESTIMATE: bought, not rented" if price.kind == "estimate" else price.kind
+        console.print(f"cost: {node} at ${price.usd_per_hour:,.2f} per node-hour ({kind}, {price.date}; "
                       f"{price.source})", highlight=False, soft_wrap=True)
     if not report.prices:
         console.print("cost: no price for this node type (pass --prices FILE)", highlight=False)

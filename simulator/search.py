@@ -563,8 +563,10 @@ def explain(report: SearchReport) -> list[str]:
         return ["no configuration fits: every layout was invalid or out of memory"]
     best = report.ranked[0]
     b = best.metrics
+    recompute = ("without activation recomputation" if best.candidate.recompute == "none"
+                 else f"with {best.candidate.recompute} activation recomputation")
     lines = [f"{best.label}: {b['tokens_per_s']:,.0f} tokens/s, step {b['step_time_s']:.3f} s, "
-             f"MFU {100 * b['mfu']:.1f}%, peak {b['peak_memory_bytes'] / 2**30:.1f} GiB of "
+             f"MFU {100 * b['mfu']:.1f}%; it fits {recompute}, peak {b['peak_memory_bytes'] / 2**30:.1f} GiB of "
              f"{b['gpu_memory_bytes'] / 2**30:.0f} GiB."]
     if len(report.ranked) > 1:
         second = report.ranked[1]
