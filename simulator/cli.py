@@ -211,7 +211,12 @@ def sweep(
                 return run_sweep(points, out_dir, executor=pool, varied=spec.varied_fields,
                                  series=spec.series_fields(), progress=lambda p: update(task, p))
 
-        result = _guard(run_all)
+        try:
+            result = _guard(run_all)
+        except KeyboardInterrupt:
+            err_console.print(f"interrupted: finished points are kept in {out_dir / 'cache'}; run the same command "
+                              "again to resume", highlight=False)
+            raise typer.Exit(130) from None
     meta = {"sweep_file": str(sweep_file), "base": str(loaded.base_path), "name": spec.name,
             "executor": executor, "wall_s": result.wall_s}
     paths = write_results(result, out_dir, meta=meta)
