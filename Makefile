@@ -43,6 +43,7 @@ notebooks: $(VENV)/.test-installed
 
 bench: $(VENV)/.run-installed
 	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/bench_sweep.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache

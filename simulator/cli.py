@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from simulator import units
@@ -166,6 +176,237 @@ def _print_summary(result: Any, sc: Any) -> None:
                   f"{result.engine['network_entities']} transfers ({result.engine['network']} network, "
                   f"symmetry {result.engine['symmetry']})")
     console.print(table)
+
+
+# ----------------------------------------------------------------------------------------
+# sweep
+
+
+@app.command()
+def sweep(
+    sweep_file: Annotated[Path, typer.Argument(help="sweep YAML file (base scenario + axes)")],
+    executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
+                                          "ray | ray://HOST:PORT")] = "local",
+    out: Annotated[Path | None, typer.Option("--out", help="output folder (default: out/<sweep file name>)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default: CPUs here)")] = None,
+) -> None:
+    """Simulate every point of a sweep in parallel; write results.csv, results.json and scaling.html.
+
+    Finished points are cached in OUT/cache: run the same command again to resume an
+    interrupted sweep. Infeasible and out-of-memory points are recorded with their reason.
+    """
+    from simulator.executors import open_executor
+    from simulator.sweep import feasible_rows, run_sweep, write_results
+    from simulator.sweepfile import expand_sweep, load_sweep
+
+    loaded = _guard(lambda: load_sweep(sweep_file))
+    points = _guard(lambda: expand_sweep(loaded))
+    out_dir = out if out is not None else Path("out") / sweep_file.stem
+    spec = loaded.spec
+    invalid = sum(p.scenario is None for p in points)
+    console.print(f"[bold]{spec.name or sweep_file.stem}[/]: {len(points)} points ({invalid} invalid), "
+                  f"executor {executor}, results in {out_dir}")
+    with _sweep_progress() as (bar, update):
+        task = bar.add_task("sweep", total=len(points))
+
+        def run_all() -> Any:
+            with open_executor(executor, workers) as pool:
+                return run_sweep(points, out_dir, executor=pool, varied=spec.varied_fields,
+                                 series=spec.series_fields(), progress=lambda p: update(task, p))
+
+        try:
+            result = _guard(run_all)
+        except KeyboardInterrupt:
+            err_console.print(f"interrupted: finished points are kept in {out_dir / 'cache'}; run the same command "
+                              "again to resume", highlight=False)
+            raise typer.Exit(130) from None
+    meta = {"sweep_file": str(sweep_file), "base": str(loaded.base_path), "name": spec.name,
+            "executor": executor, "wall_s": result.wall_s}
+    paths = write_results(result, out_dir, meta=meta)
+    html = out_dir / "scaling.html"
+    _write_scaling_html(feasible_rows(result.rows), html, title=spec.name or sweep_file.stem,
+                        by_series=bool(spec.series_fields()))
+    console.print(f"{len(points)} points: {result.simulated} simulated, {result.cached} from cache, "
+                  f"{result.failed} infeasible or failed, {result.wall_s:.1f} s")
+    for path in (*paths, html):
+        console.print(f"  {path}")
+
+
+# ----------------------------------------------------------------------------------------
+# search
+
+
+@app.command()
+def search(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file: the model, cluster and training options")],
+    objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time-to-train")] = "throughput",
+    top: Annotated[int, typer.Option("--top", min=1, help="configurations to rank (simulated whole)")] = 5,
+    tokens: Annotated[str | None, typer.Option("--tokens", help="training tokens for time and cost, e.g. 1.4T or "
+                                               "2e12 (default: 20 per parameter, Hoffmann et al. 2022)")] = None,
+    executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
+                                          "ray | ray://HOST:PORT")] = "local",
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default: CPUs here)")] = None,
+    prices: Annotated[Path | None, typer.Option("--prices", help="price table YAML overriding "
+                                                "topologies/prices.yaml")] = None,
+    nodes: Annotated[str | None, typer.Option("--nodes", help="node counts to search, e.g. 4,8,16 "
+                                              "(default: the scenario's)")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a field of the scenario first")] = None,
+    max_micro_batch: Annotated[int, typer.Option("--max-micro-batch", min=1)] = 8,
+    max_estimates: Annotated[int, typer.Option("--max-estimates", min=0, help="stop after estimating this many "
+                                               "candidates, most promising first (0: no cap)")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="folder for the simulation cache and search.json")] = None,
+) -> None:
+    """Find the fastest (or cheapest) parallel layout of SCENARIO's model on its cluster.
+
+    Enumerates tp, pp, cp, dp, micro-batch, schedule (and virtual stages), sharding and
+    recomputation; prunes invalid and out-of-memory layouts before simulating; predicts the
+    rest best-first from short simulations until nothing left can enter the top; simulates
+    the best whole and prints them with why the best wins.
+    """
+    import simulator
+    from simulator.executors import open_executor
+    from simulator.pricing import load_prices
+    from simulator.search import SearchSpace
+    from simulator.search import search as run_search
+
+    if objective not in ("throughput", "cost", "time-to-train"):
+        _fail(f"--objective {objective!r}: expected throughput, cost or time-to-train")
+    base = _guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
+    budget = _guard(lambda: _parse_count(tokens, "--tokens")) if tokens else None
+    node_counts = _guard(lambda: tuple(int(_parse_count(n, "--nodes")) for n in nodes.split(","))) if nodes else None
+    table = _guard(lambda: load_prices(prices))
+    space = SearchSpace(nodes=node_counts, max_micro_batch=max_micro_batch)
+    cache = str(out / "cache") if out is not None else None
+    with _sweep_progress() as (bar, update):
+        task = bar.add_task("search", total=None)
+
+        def show(stage: str, state: Any) -> None:
+            bar.update(task, description=stage, total=state.total)
+            update(task, state)
+
+        def run_all() -> Any:
+            with open_executor(executor, workers) as pool:
+                return run_search(base, executor=pool, space=space, objective=objective,  # type: ignore[arg-type]
+                                  tokens=budget, prices=table, top=top, batch=4 * (workers or _cpus()),
+                                  max_estimates=max_estimates, cache_dir=cache, progress=show)
+
+        report = _guard(run_all)
+    _print_search(report, base)
+    if out is not None:
+        from simulator.sweep import atomic_write_text
+
+        atomic_write_text(out / "search.json", json.dumps(_search_document(report), indent=1, default=str) + "\n")
+        console.print(f"search written to {out / 'search.json'}")
+
+
+def _cpus() -> int:
+    from simulator.executors import default_workers
+
+    return default_workers()
+
+
+def _parse_count(text: str, option: str) -> float:
+    """``"1.4T"``, ``"2e12"``, ``"500B"`` (billions), ``"16"`` -> a number."""
+    factors = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
+    raw = text.strip()
+    factor = factors.get(raw[-1:], 1.0) if raw else 1.0
+    number = raw[:-1] if factor != 1.0 else raw
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise ScenarioError(f"{option} {text!r}: expected a number such as 1.4T or 2e12") from None
+    if value <= 0:
+        raise ScenarioError(f"{option} {text!r}: must be positive")
+    return value
+
+
+def _print_search(report: Any, base: Any) -> None:
+    from simulator.search import explain
+
+    cluster = base.cluster
+    console.print(f"[bold]{base.model.label}[/] on {cluster.n_nodes} x {cluster.node_type.name} "
+                  f"({cluster.world_size} x {cluster.gpu_name}), global batch {base.training.global_batch} x "
+                  f"{base.model.seq_len} tokens, {base.training.precision}")
+    console.print(f"{report.enumerated} layouts: {report.invalid} invalid, {report.over_memory} over memory "
+                  f"(estimate), {report.bounded_out} unable to beat the top {len(report.ranked) or '-'} (bound)"
+                  + (f", {report.capped} not reached (--max-estimates)" if report.capped else "")
+                  + f"; {report.estimated} estimated from short runs ({report.simulated_oom} out of memory), "
+                  f"{report.simulated} simulated whole, {report.wall_s:.0f} s", highlight=False)
+    table = Table(title=f"best by {report.objective}", title_justify="left")
+    for col in ("#", "layout", "mb", "schedule", "sharding", "recompute", "step", "tokens/s", "MFU", "free mem",
+                "to train", "cost"):
+        table.add_column(col, justify="left" if col in ("layout", "schedule", "sharding", "recompute") else "right",
+                         no_wrap=True)
+    for i, ranked in enumerate(report.ranked, 1):
+        lay, m = ranked.candidate.layout, ranked.metrics
+        schedule = "-" if lay.pp == 1 else (lay.schedule if lay.virtual_stages == 1
+                                             else f"{lay.schedule} v={lay.virtual_stages}")
+        sharding = lay.sharding if lay.shard_group_size is None else f"{lay.sharding} g={lay.shard_group_size}"
+        cost = f"${ranked.cost_usd:,.0f}" if ranked.cost_usd is not None else "-"
+        table.add_row(str(i), f"tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp}", str(lay.micro_batch), schedule, sharding,
+                      ranked.candidate.recompute, f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
+                      f"{100 * m['mfu']:.1f}%", f"{m['memory_headroom_bytes'] / 2**30:.1f} GiB",
+                      f"{ranked.time_to_train_s / 86400:,.1f} d", cost)
+    wide = console if console.is_terminal else Console(width=max(console.width, 132))
+    wide.print(table)
+    console.print(f"time to train: {report.tokens:.3g} tokens"
+                  + (" (20 per parameter, Hoffmann et al. 2022)" if report.tokens_default else ""), highlight=False)
+    for node, price in report.prices.items():
+        kind = "an ESTIMATE: bought, not rented" if price.kind == "estimate" else price.kind
+        console.print(f"cost: {node} at ${price.usd_per_hour:,.2f} per node-hour ({kind}, {price.date}; "
+                      f"{price.source})", highlight=False, soft_wrap=True)
+    if not report.prices:
+        console.print("cost: no price for this node type (pass --prices FILE)", highlight=False)
+    console.print("[bold]why the best wins[/]")
+    for line in explain(report):
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def _search_document(report: Any) -> dict[str, Any]:
+    return {
+        "objective": report.objective,
+        "tokens": report.tokens,
+        "counts": {k: getattr(report, k) for k in ("enumerated", "invalid", "over_memory", "bounded_out", "capped",
+                                                    "estimated", "simulated_oom", "failed", "simulated")},
+        "ranked": [{"layout": r.label, "recompute": r.candidate.recompute, "time_to_train_s": r.time_to_train_s,
+                    "cost_usd": r.cost_usd, "metrics": r.metrics,
+                    "scenario": r.scenario.model_dump(mode="json", by_alias=True)} for r in report.ranked],
+        "predicted_step_s": dict(report.predictions),
+        "baseline": report.baseline,
+        "prices": {k: v.model_dump() for k, v in report.prices.items()},
+        "wall_s": report.wall_s,
+    }
+
+
+class _Failures(ProgressColumn):
+    def render(self, task: Any) -> Any:
+        from rich.text import Text
+
+        failed = task.fields.get("failed", 0)
+        cached = task.fields.get("cached", 0)
+        return Text(f"{failed} infeasible/failed, {cached} cached", style="red" if failed else "dim")
+
+
+@contextmanager
+def _sweep_progress() -> Iterator[tuple[Progress, Callable[[Any, Any], None]]]:
+    """A rich progress bar: done/total, failures and cached points, elapsed and ETA."""
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _Failures(),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+
+    def update(task: Any, state: Any) -> None:
+        bar.update(task, completed=state.done, failed=state.failed, cached=state.cached)
+
+    with bar:
+        yield bar, update
+
+
+def _write_scaling_html(rows: list[Any], path: Path, *, title: str, by_series: bool) -> None:
+    from simulator.viz.scaling import scaling_figure
+
+    fig = scaling_figure(rows, gpus_key="world_size", throughput_key="tokens_per_s",
+                         series_key="series" if by_series else None, title=title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
 
 
 # ----------------------------------------------------------------------------------------
