@@ -12,7 +12,7 @@ import os
 from functools import cache
 from pathlib import Path
 
-__all__ = ["data_root", "topologies_dir", "models_dir", "scenarios_dir", "calibration_dir"]
+__all__ = ["data_root", "topologies_dir", "models_dir", "scenarios_dir", "calibration_dir", "model_fingerprint"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -45,3 +45,21 @@ def models_dir() -> Path:
 
 def calibration_dir() -> Path:
     return topologies_dir() / "calibration"
+
+
+@cache
+def model_fingerprint() -> str:
+    """SHA-256 of the simulator's code and shipped data (``simulator/**/*.py``, the node, GPU,
+    transport, NCCL and calibration files, the model presets): results computed under one
+    fingerprint are reproduced exactly under it, so caches key on it (a sweep's cache never
+    serves a result of older code or data, whatever the version number says)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    files = sorted(_PACKAGE_DIR.rglob("*.py")) + sorted(topologies_dir().rglob("*.yaml")) + sorted(
+        models_dir().glob("*.yaml"))
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+

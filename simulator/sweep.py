@@ -10,8 +10,8 @@ Each point is one whole :func:`simulator.simulate` call in a worker (parallelism
 scenarios, never inside one). The worker gets the scenario as a JSON mapping and returns a
 flat record of scalar metrics (:func:`result_metrics`); the parent writes every finished
 point to ``OUT/cache/<key>.json`` at once, atomically (a temporary file, then
-:func:`os.replace`), where ``key`` hashes the scenario's content hash and the simulator
-version. A later run with the same output folder reads those entries instead of
+:func:`os.replace`), where ``key`` hashes the scenario's content hash, the simulator
+version and the fingerprint of its code and data. A later run with the same output folder reads those entries instead of
 simulating, so an interrupted sweep resumes where it stopped and loses nothing.
 
 Failures never abort a sweep. A point that does not validate keeps the reason given at
@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from simulator import __version__
+from simulator.datadirs import model_fingerprint
 from simulator.errors import ScenarioError
+from simulator.results.scaling import scaling_efficiency
 from simulator.scenario import Scenario
 from simulator.sweepfile import SweepPoint
 
@@ -57,7 +59,6 @@ __all__ = [
     "result_metrics",
     "point_key",
     "series_label",
-    "scaling_efficiencies",
     "atomic_write_text",
 ]
 
@@ -124,8 +125,11 @@ def result_metrics(result: Any, scenario: Scenario) -> dict[str, Any]:
 
 
 def point_key(scenario: Scenario) -> str:
-    """Cache key of a scenario: SHA-256 of its content hash and the simulator version."""
-    return hashlib.sha256(f"{scenario.content_hash()}\n{__version__}".encode()).hexdigest()
+    """Cache key of a scenario: SHA-256 of its content hash, the simulator version and the
+    fingerprint of the simulator's code and data (:func:`~simulator.datadirs.model_fingerprint`),
+    so a changed model never reuses an old result."""
+    key = f"{scenario.content_hash()}\n{__version__}\n{model_fingerprint()}"
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 # ----------------------------------------------------------------------------------------
@@ -324,16 +328,6 @@ def _plain(value: Any) -> str:
     return "default" if value is None else str(value)
 
 
-def scaling_efficiencies(gpus: Sequence[float], throughput: Sequence[float]) -> list[float]:
-    """Efficiency of each point against the one with the fewest GPUs (``N0``, the highest
-    throughput among ties): ``throughput_i / (gpus_i / N0 * throughput_N0)``."""
-    if not gpus:
-        return []
-    n0 = min(gpus)
-    t0 = max(t for n, t in zip(gpus, throughput, strict=True) if n == n0)
-    return [t / (n / n0 * t0) for n, t in zip(gpus, throughput, strict=True)]
-
-
 def _add_scaling(rows: list[dict[str, Any]], points: Sequence[SweepPoint], series: Sequence[str]) -> None:
     groups: dict[str, list[dict[str, Any]]] = {}
     for row, point in zip(rows, points, strict=True):
@@ -342,7 +336,7 @@ def _add_scaling(rows: list[dict[str, Any]], points: Sequence[SweepPoint], serie
         if row["error"] is None and row.get("tokens_per_s") and row.get("world_size"):
             groups.setdefault(row["series"], []).append(row)
     for members in groups.values():
-        eff = scaling_efficiencies([float(r["world_size"]) for r in members], [float(r["tokens_per_s"]) for r in members])
+        eff = scaling_efficiency([float(r["world_size"]) for r in members], [float(r["tokens_per_s"]) for r in members])
         for row, value in zip(members, eff, strict=True):
             row["scaling_efficiency"] = value
 

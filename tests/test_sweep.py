@@ -16,7 +16,8 @@ import pytest
 from simulator import sweep as sweep_module
 from simulator.executors import InlineExecutor, open_executor
 from simulator.expressions import ExpressionError, evaluate, references
-from simulator.sweep import SweepRun, point_key, run_sweep, scaling_efficiencies, write_results
+from simulator.results.scaling import scaling_efficiency
+from simulator.sweep import SweepRun, point_key, run_sweep, write_results
 from simulator.sweepfile import expand_sweep, load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -354,7 +355,7 @@ derive:
 
 def test_scaling_efficiencies_formula():
     # 2x the GPUs at 1.8x the throughput: 90 %; ties at N0 take the best throughput
-    assert scaling_efficiencies([8, 16, 8], [100.0, 180.0, 90.0]) == pytest.approx([1.0, 0.9, 0.9])
+    assert scaling_efficiency([8, 16, 8], [100.0, 180.0, 90.0]) == pytest.approx([1.0, 0.9, 0.9])
 
 
 def test_gpt3_13b_sharding_sweep_on_dask_local(cli, tmp_path):

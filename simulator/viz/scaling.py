@@ -9,32 +9,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from simulator.results.scaling import scaling_efficiency
 from simulator.viz.style import TEMPLATE
 
 __all__ = ["scaling_efficiency", "scaling_series", "scaling_figure"]
 
 _PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#72b7b2", "#eeca3b", "#9d755d")
-
-
-def scaling_efficiency(gpus: Sequence[float], throughput: Sequence[float]) -> list[float]:
-    """Efficiency of each point against the point with the fewest GPUs (``N0``):
-    ``throughput[i] / (gpus[i] / N0 * throughput_N0)``. Same order as the input.
-
-    Raises ValueError for empty or unequal inputs or a non-positive baseline.
-    """
-    if len(gpus) != len(throughput) or not gpus:
-        raise ValueError("gpus and throughput must be non-empty and of equal length")
-    base = min(range(len(gpus)), key=lambda i: gpus[i])
-    n0, t0 = float(gpus[base]), float(throughput[base])
-    if n0 <= 0 or t0 <= 0:
-        raise ValueError(f"baseline needs positive GPUs and throughput, got {n0} GPUs, {t0}")
-    return [float(t) / (float(n) / n0 * t0) for n, t in zip(gpus, throughput, strict=True)]
 
 
 def _number(value: Any) -> float | None:
