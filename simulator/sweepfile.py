@@ -42,7 +42,7 @@ from simulator.errors import ScenarioError
 from simulator.expressions import ExpressionError, evaluate, references
 from simulator.scenario import Scenario, scenario_from_mapping
 from simulator.scenario.types import Frozen
-from simulator.scenario.yamlio import dotted, error_from_validation, line_of, load_yaml, to_plain
+from simulator.scenario.yamlio import dotted, error_from_validation, line_of, load_mapping, load_yaml, to_plain
 
 __all__ = ["SweepSpec", "SweepFile", "SweepPoint", "load_sweep", "expand_sweep", "GPU_COUNT_FIELDS"]
 
@@ -160,11 +160,7 @@ class SweepPoint:
 def load_sweep(path: str | Path) -> SweepFile:
     """Read and validate a sweep file and its base scenario file (not yet the points)."""
     path = Path(path)
-    root = load_yaml(path)
-    if root is None:
-        raise ScenarioError("the sweep file is empty", file=str(path))
-    if not isinstance(root, CommentedMap):
-        raise ScenarioError("a sweep file must be a mapping (base, vary, ...)", file=str(path), line=1)
+    root = load_mapping(path, "a sweep file (base, set, vary, zip, derive, series)")
     try:
         spec = SweepSpec.model_validate(to_plain(root))
     except ValidationError as exc:

@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml.comments import CommentedMap
 
 from simulator.errors import ScenarioError
 from simulator.scenario.spec import Scenario
-from simulator.scenario.yamlio import error_from_validation, line_of, load_yaml, parse_yaml_text, to_plain
+from simulator.scenario.yamlio import error_from_validation, line_of, load_mapping, parse_yaml_text, to_plain
 
 __all__ = ["load_scenario", "scenario_from_mapping", "apply_overrides", "parse_override"]
 
@@ -109,11 +108,7 @@ def _override_paths_from_cwd(data: dict[str, Any], applied: dict[tuple[str, ...]
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | None = None) -> Scenario:
     """Load, override and validate a scenario file (CONTRACT.md: ``simulator.load_scenario``)."""
     path = Path(path)
-    root = load_yaml(path)
-    if root is None:
-        raise ScenarioError("the scenario file is empty", file=str(path))
-    if not isinstance(root, CommentedMap):
-        raise ScenarioError("a scenario must be a mapping of sections (model, cluster, ...)", file=str(path), line=1)
+    root = load_mapping(path, "a scenario (model, cluster, parallelism, training, sim)")
     data = to_plain(root)
     applied = apply_overrides(data, list(overrides or []))
     _override_paths_from_cwd(data, applied)

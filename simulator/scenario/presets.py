@@ -12,7 +12,7 @@ from typing import Any
 
 from simulator.datadirs import models_dir
 from simulator.errors import ScenarioError
-from simulator.scenario.yamlio import load_yaml, to_plain
+from simulator.scenario.yamlio import load_mapping, to_plain
 
 __all__ = ["preset_names", "load_preset"]
 
@@ -26,9 +26,7 @@ def _load(name: str) -> tuple[dict[str, Any], Any, str]:
     path = models_dir() / f"{name}.yaml"
     if not path.is_file():
         raise ScenarioError(f"unknown model preset {name!r} (known: {', '.join(preset_names())})", field="model")
-    root = load_yaml(path)
-    if not isinstance(root, dict):
-        raise ScenarioError("a model preset must be a mapping", file=str(path))
+    root = load_mapping(path, "a model preset (layers, hidden, heads, ...)")
     return to_plain(root), root, str(path)
 
 

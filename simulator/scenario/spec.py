@@ -23,7 +23,7 @@ from simulator.errors import InfeasibleError, ScenarioError
 from simulator.scenario import hardware
 from simulator.scenario.presets import load_preset
 from simulator.scenario.types import Bytes, Fraction, Frozen, Precision, Rate, Seconds
-from simulator.scenario.yamlio import error_from_validation, load_yaml, to_plain
+from simulator.scenario.yamlio import error_from_validation, load_mapping, to_plain
 from simulator.units import MiB
 
 __all__ = [
@@ -185,9 +185,7 @@ class ClusterSpec(Frozen):
         value = dict(value)
         if value.get("topology"):
             path = Path(_resolve_path(str(value["topology"]), base))
-            root = load_yaml(path)
-            if not isinstance(root, dict):
-                raise ScenarioError("a cluster file must be a mapping", file=str(path))
+            root = load_mapping(path, "a cluster file (node, nodes, fabric, ...)")
             data = to_plain(root)
             if "topology" in data:
                 raise ScenarioError("a cluster file cannot name another topology", field="topology", file=str(path))

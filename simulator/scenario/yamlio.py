@@ -44,6 +44,17 @@ def load_yaml(path: Path | str) -> Any:
     return parse_yaml_text(text, file=str(path))
 
 
+def load_mapping(path: Path | str, what: str) -> CommentedMap:
+    """Load a YAML file that must hold a mapping (``what`` names it in the error: "a scenario
+    (model, cluster, ...)"); an empty file or another kind of document is a ScenarioError."""
+    root = load_yaml(path)
+    if root is None:
+        raise ScenarioError(f"the file is empty; expected {what}", file=str(path))
+    if not isinstance(root, CommentedMap):
+        raise ScenarioError(f"expected {what}, a mapping of keys", file=str(path), line=1)
+    return root
+
+
 def parse_yaml_text(text: str, *, file: str | None = None) -> Any:
     try:
         data = _yaml().load(text)
