@@ -60,11 +60,13 @@ class Progress(Protocol):
 
 
 class _Silent:
+    """The progress sink when the caller wants none: it ignores every report."""
+
     def start(self, total: int) -> None:
-        pass
+        """Ignore the step count."""
 
     def step(self, label: str) -> None:
-        pass
+        """Ignore the finished step."""
 
 
 @dataclass(frozen=True)
