@@ -292,7 +292,7 @@ def step_bound_s(scenario: Scenario, profile: Any = None) -> float:
     """A lower bound of the simulated step time, from the busiest pipeline stage's own work.
 
     Per micro-batch, a stage runs its layers' forward and backward steps
-    (:meth:`WorkloadBuilder.steps`, costed as the simulator costs them; a second forward per
+    (:meth:`LayerEmitter.steps <simulator.workload.layers.LayerEmitter.steps>`, costed as the simulator costs them; a second forward per
     layer under ``full`` recomputation, ``selective``'s replay is in the backward). The
     tensor- and context-parallel collectives between those steps that nothing overlaps are
     charged their least possible time: every rank must receive ``(n-1)/n`` of the bytes
@@ -302,15 +302,14 @@ def step_bound_s(scenario: Scenario, profile: Any = None) -> float:
     meanwhile. No other communication, bubble or the optimizer step: the simulated step is
     never shorter.
     """
-    from simulator.cluster.mesh import Mesh
-    from simulator.workload import WorkloadBuilder, compute_profile
-    from simulator.workload.tensor_parallel import CommStep
+    from simulator.workload import build_workload, compute_profile
+    from simulator.workload.steps import CommStep
 
     par, cluster = scenario.parallelism, scenario.cluster
     if profile is None:
         profile = compute_profile(cluster.gpu_spec, cluster.calibration)
-    mesh = Mesh(par.tp, par.cp, par.pp, scenario.dp, par.shard_group_size)
-    builder = WorkloadBuilder(scenario, mesh, profile, gpus_per_node=cluster.gpus_in_node, symmetric=True)
+    builder = build_workload(scenario, profile, gpus_per_node=cluster.gpus_in_node)
+    layers = builder.layers
     gpu = cluster.gpu_spec
     port_bytes_per_s = max(gpu.nvlink.bandwidth_bytes_per_s if gpu.nvlink else 0.0,
                            cluster.node_type.pcie.x16_bytes_per_s)
@@ -318,7 +317,7 @@ def step_bound_s(scenario: Scenario, profile: Any = None) -> float:
 
     def seconds(kind: str, phase: str) -> float:
         total = 0.0
-        for timed in builder.steps(kind, phase):
+        for timed in layers.steps(kind, phase):
             step = timed.step
             if isinstance(step, CommStep):
                 n = group.get(step.axis, 1)
@@ -513,7 +512,7 @@ def _profile(base: Scenario) -> Any:
 
 
 def _params(base: Scenario) -> float:
-    from simulator.workload.plan import ModelLayout
+    from simulator.workload.layout import ModelLayout
 
     return float(ModelLayout(base).counts.total)
 

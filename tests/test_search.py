@@ -101,7 +101,7 @@ def test_memory_estimate_by_hand_for_ddp():
     a gradient-sized bucket copy (2 bytes/param), the CUDA context, 24 layers of activations
     (Korthikanti: s*b*h*(34 + 5*a*s/h) without flash; FlashAttention keeps 34*s*b*h + LSE),
     plus the embedding output and logits."""
-    from simulator.workload.plan import ModelLayout
+    from simulator.workload.layout import ModelLayout
 
     sc = _scenario("gpt3-1.3b")
     est = estimate_peak_memory(sc)

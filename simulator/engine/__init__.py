@@ -7,7 +7,7 @@ import simpy
 from simulator.engine.comm import CommResolver, LinkClasses, Resolved
 from simulator.engine.core import Engine, EngineRun
 from simulator.engine.network import Network, PhaseLoad
-from simulator.workload.tasks import Program
+from simulator.ir import Program
 
 __all__ = ["run_program", "Engine", "EngineRun", "Network", "PhaseLoad", "CommResolver", "LinkClasses", "Resolved"]
 

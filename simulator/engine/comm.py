@@ -1,4 +1,4 @@
-"""From a :class:`~simulator.workload.tasks.CommOp` to network phases on link classes.
+"""From a :class:`~simulator.ir.CommOp` to network phases on link classes.
 
 The collective's algorithm and protocol are chosen as NCCL's tuner does (least modelled
 time for the issuing group alone), its flows come from the cluster's collective plans, and
@@ -17,7 +17,7 @@ from simulator.cluster.collectives import CollectivePlan, CollectivePlanner
 from simulator.cluster.graph import ClusterGraph
 from simulator.costs.collectives import Choice, NcclModel, bandwidth_factor, choose_algorithm
 from simulator.engine.network import PhaseLoad
-from simulator.workload.tasks import CommOp
+from simulator.ir import CommOp
 
 __all__ = ["LinkClasses", "CommResolver", "Resolved"]
 

@@ -1,4 +1,4 @@
-"""The discrete-event engine: runs a :class:`~simulator.workload.tasks.Program` on simpy.
+"""The discrete-event engine: runs a :class:`~simulator.ir.Program` on simpy.
 
 Bookkeeping is "busy-until" and callback driven (no simpy process or Resource per task):
 each (rank, stream) is an in-order queue with a cursor; a task starts when it is at its
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.costs.overlap import compute_rate
 from simulator.engine.comm import CommResolver, Resolved
 from simulator.engine.network import Network
-from simulator.workload.tasks import Program
+from simulator.ir import Program, is_host_copy
 
 __all__ = ["Engine", "EngineRun"]
 
@@ -130,7 +131,7 @@ class Engine:
         resolved = self.resolver.resolve(lead.comm)
         for t in task_ids:
             self.resolved[t] = resolved
-        if lead.comm.op not in ("d2h", "h2d"):  # copy engines, not SMs
+        if not is_host_copy(lead.comm.op):  # copy engines, not SMs
             for t in task_ids:
                 self._comm_started(self.program.tasks[t].rank)
         self.network.transfer(resolved.phases, lambda: self._finish(task_ids))
@@ -138,7 +139,7 @@ class Engine:
     # -- compute slowed by collectives in flight on the same GPU --------------------------------
 
     def _rate(self, rank: int) -> float:
-        return 1.0 / (1.0 + self.slowdown) if self.in_flight.get(rank, 0) > 0 else 1.0
+        return compute_rate(self.slowdown, self.in_flight.get(rank, 0) > 0)
 
     def _start_compute(self, task_ids: list[int]) -> None:
         rank = self.program.tasks[task_ids[0]].rank
@@ -185,7 +186,7 @@ class Engine:
         now = self.env.now
         touched: list[tuple[int, str]] = []
         lead = self.program.tasks[task_ids[0]]
-        if lead.comm is not None and lead.comm.op not in ("d2h", "h2d"):
+        if lead.comm is not None and not is_host_copy(lead.comm.op):
             for t in task_ids:
                 self._comm_ended(self.program.tasks[t].rank)
         for t in task_ids:

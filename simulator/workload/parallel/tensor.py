@@ -1,5 +1,8 @@
 """Megatron tensor (and sequence) parallelism: where the TP collectives sit in each layer.
 
+Registered as the ``tp`` pass of :mod:`simulator.workload.parallel`; sequence parallelism is
+its variant (``shard.sequence_parallel``), since it moves the same collectives.
+
 A layer becomes a list of *steps*: compute steps (kernels on the compute stream) and
 collectives on the TP group (shared/REFERENCE.md §5; Shoeybi et al. 2019 §3, Korthikanti
 et al. 2022 §4.2.2, Megatron-LM ``core/tensor_parallel/layers.py``). D = b*s*h*e bytes
@@ -23,30 +26,24 @@ et al. 2022 §4.2.2, Megatron-LM ``core/tensor_parallel/layers.py``). D = b*s*h*
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import Kernel, Shard, backward_of, block_forward, embedding_forward, logits_forward
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step, attention_core
 
-__all__ = ["ComputeStep", "CommStep", "Step", "block_steps", "embedding_steps", "logits_steps"]
-
-
-@dataclass(frozen=True)
-class ComputeStep:
-    name: str
-    kernels: tuple[Kernel, ...]
+__all__ = ["block_steps", "embedding_steps", "logits_steps", "place"]
 
 
-@dataclass(frozen=True)
-class CommStep:
-    name: str
-    op: str
-    nbytes: float
-    overlap: bool = False  # runs concurrently with the next compute step
-    axis: str = "tp"  # the group: tp, or cp (context parallelism's key/value exchange)
-
-
-Step = ComputeStep | CommStep
+def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
+    """Tensor (and sequence) parallelism's pass over one layer: with tp > 1 the layer's
+    kernels are regrouped around the TP collectives; with tp = 1 the steps stay as they are."""
+    if spec.shard.tp == 1:
+        return steps
+    if spec.kind == "block":
+        return block_steps(spec.model, spec.shard, spec.phase, tp_overlap=spec.tp_overlap,
+                           selective=spec.selective, comm_overlap=spec.comm_overlap)
+    if spec.kind == "embedding":
+        return embedding_steps(spec.model, spec.shard, spec.phase)
+    return logits_steps(spec.model, spec.shard, spec.phase)
 
 
 def _pick(kernels: list[Kernel], *names: str) -> tuple[Kernel, ...]:
@@ -62,7 +59,7 @@ def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool 
                 selective: bool = False, comm_overlap: bool = False) -> list[Step]:
     """Steps of one transformer block: phase ``fwd`` or ``bwd`` (selective: re-run the core)."""
     fwd = block_forward(model, shard)
-    core = [k for k in fwd if k.kind == "attention" or k.name in ("scores", "softmax", "attn_v")]
+    core = attention_core(fwd)
     core_names = [k.name for k in core]
     steps: list[Step]
     if phase == "fwd":
@@ -81,34 +78,7 @@ def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool 
             steps = _bwd_sp_pipelined(model, shard, bwd, core_names, recompute)
         else:
             steps = _bwd_tp(model, shard, bwd, core_names, recompute, tp_overlap)
-    return _with_context_parallel(model, shard, steps, phase) if shard.cp > 1 else steps
-
-
-def _kv_bytes(model: ModelSpec, shard: Shard) -> float:
-    """Keys and values of the whole sequence on one TP rank: 2 * b * s * (kv/t) * d * e."""
-    return 2.0 * shard.batch * shard.seq * model.n_kv_heads / shard.tp * model.head_dim * shard.elem
-
-
-def _with_context_parallel(model: ModelSpec, shard: Shard, steps: list[Step], phase: str) -> list[Step]:
-    """Context parallelism (ring attention, Megatron-Core CP): before its attention core each
-    rank gathers the other ranks' keys and values, (cp-1)/cp of the sequence, in a ring of
-    point-to-point steps overlapped with the core's blocks; backward gathers them again and
-    reduce-scatters their gradients. Modelled as an all-gather (and a reduce-scatter) of
-    the sequence's K and V over the cp group, overlapped with the compute step holding the
-    attention core."""
-    out: list[Step] = []
-    kv = _kv_bytes(model, shard)
-    for step in steps:
-        holds_core = isinstance(step, ComputeStep) and any(
-            k.kind == "attention" or k.name.startswith(("scores", "softmax", "attn_v")) for k in step.kernels)
-        if holds_core:
-            out.append(CommStep("cp.kv.allgather", "all_gather", kv, overlap=True, axis="cp"))
-            if phase == "bwd":
-                out.append(step)
-                out.append(CommStep("cp.dkv.reduce_scatter", "reduce_scatter", kv, overlap=False, axis="cp"))
-                continue
-        out.append(step)
-    return out
+    return steps
 
 
 def _fwd_tp(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) -> list[Step]:

@@ -1,4 +1,4 @@
-"""PyTorch DDP gradient buckets (``sharding: none``).
+"""PyTorch DDP gradient buckets (``sharding: none``), and the parameter records they hold.
 
 Semantics (``torch/nn/parallel/distributed.py``, ``docs/source/notes/ddp.rst``;
 shared/REFERENCE.md §2.1): parameters are assigned to buckets in definition order with a

@@ -1,4 +1,6 @@
-"""The engine's input: per-rank task DAGs (a :class:`Program`).
+"""The stage-neutral typed program: what the workload stage emits and the engine runs.
+
+Per-rank task DAGs (a :class:`Program`).
 
 Each task runs on one stream of one simulated rank. Streams are in-order (like CUDA
 streams): a task starts when it is at the head of its stream *and* all its dependencies
@@ -14,12 +16,31 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple, get_args
 
-__all__ = ["CommOp", "MemDelta", "Task", "Program", "ProgramBuilder", "STREAMS"]
+__all__ = ["CommOp", "MemDelta", "FusedPart", "Task", "Program", "ProgramBuilder", "STREAMS", "OpName", "HOST_COPY_OPS",
+           "COLLECTIVE_OPS", "is_host_copy", "op_name"]
 
 # stream names, one per kind of work (compute, and one per communication group kind)
 STREAMS = ("compute", "tp", "cp", "pp", "dp", "shard", "offload")
+
+# what a communication task does: a collective over its group, a point-to-point transfer, or
+# a copy between the GPU and its host (copy engines, not SMs: it does not slow compute)
+OpName = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p", "d2h", "h2d"]
+HOST_COPY_OPS: frozenset[str] = frozenset({"d2h", "h2d"})
+COLLECTIVE_OPS: tuple[str, ...] = tuple(o for o in get_args(OpName) if o not in HOST_COPY_OPS and o != "p2p")
+
+
+def op_name(value: str) -> OpName:
+    """``value`` as an :data:`OpName`; ValueError naming the known ones otherwise."""
+    if value not in get_args(OpName):
+        raise ValueError(f"unknown communication op {value!r} (known: {', '.join(get_args(OpName))})")
+    return value  # type: ignore[return-value]
+
+
+def is_host_copy(op: str) -> bool:
+    """A GPU <-> host copy (runs on copy engines: no compute slowdown, host links)."""
+    return op in HOST_COPY_OPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +54,7 @@ class CommOp:
     back to back on the stream.
     """
 
-    op: str  # all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | p2p | host
+    op: OpName
     group: tuple[int, ...]
     nbytes: float
     axis: str  # tp | cp | pp | dp | shard | replicate | offload | world
@@ -51,6 +72,22 @@ class MemDelta:
     nbytes: float  # + allocate, - free
     category: str  # params | grads | optimizer | activations | buffers | other
     offset_s: float = 0.0
+
+
+class FusedPart(NamedTuple):
+    """One kernel or collective inside a fused compute task, at ``offset_s`` from its start.
+
+    ``category`` is ``compute`` or the collective's group kind (tp, cp); ``op``, ``nbytes``
+    and ``ranks`` describe a collective ("" / 0 / 1 for kernels).
+    """
+
+    name: str
+    category: str
+    offset_s: float
+    duration_s: float
+    op: str
+    nbytes: float
+    ranks: int
 
 
 @dataclass(slots=True)
