@@ -21,7 +21,7 @@ trees, NCCL's size-dependent tree correction. Latency:
 * direct (p2p, all-to-all): base + one hop.
 
 The textbook ring formula of REFERENCE.md §1.2 is the special case of one phase:
-``2(N-1)*alpha + 2(N-1)/N * D / B`` for all-reduce (``tests/test_costs_collectives.py``).
+``2(N-1)*alpha + 2(N-1)/N * D / B`` for all-reduce (``tests/test_collectives.py``).
 """
 
 from __future__ import annotations
