@@ -1,7 +1,7 @@
 """Data-parallel strategies: how gradients are synchronised and model states are sharded.
 
 One small interface (:class:`Strategy`) and a registry keyed by ``parallelism.sharding``
-(STYLE.md #7). The workload builder calls the hooks while it walks a rank's schedule, for
+(shared/STYLE.md #7). The workload builder calls the hooks while it walks a rank's schedule, for
 every *unit* (0 = embedding, ``layer + 1`` = transformer block, ``layers + 1`` = logits):
 
 * ``model_states`` / ``static_buffers``: what the rank holds from the start;
