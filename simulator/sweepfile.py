@@ -1,4 +1,4 @@
-"""Sweep files: a base scenario and the axes to vary (CONTRACT.md "Sweep file"), expanded into points.
+"""Sweep files: a base scenario and the axes to vary (shared/CONTRACT.md "Sweep file"), expanded into points.
 
     base: ../quickstart.yaml              # a scenario file, relative to this file (required)
     name: GPT-3 XL scaling                # optional, titles the figures

@@ -106,7 +106,7 @@ def _override_paths_from_cwd(data: dict[str, Any], applied: dict[tuple[str, ...]
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | None = None) -> Scenario:
-    """Load, override and validate a scenario file (CONTRACT.md: ``simulator.load_scenario``)."""
+    """Load, override and validate a scenario file (shared/CONTRACT.md: ``simulator.load_scenario``)."""
     path = Path(path)
     root = load_mapping(path, "a scenario (model, cluster, parallelism, training, sim)")
     data = to_plain(root)

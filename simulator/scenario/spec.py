@@ -1,4 +1,4 @@
-"""The scenario format (CONTRACT.md): model + cluster + parallelism + training + sim.
+"""The scenario format (shared/CONTRACT.md): model + cluster + parallelism + training + sim.
 
 Every model is closed (``extra="forbid"``), frozen, and validated field by field; the
 cross-field rules at the end of :class:`Scenario` (the parallel layout must tile the

@@ -3,7 +3,7 @@
 A :class:`Shard` says how much of each tensor one rank holds (tp splits heads and the FFN
 width, sequence parallelism and cp split tokens); the functions here return the kernels
 (:class:`Kernel`: GEMM shape, FLOPs, HBM bytes) one rank runs for one micro-batch. Strategies
-place the communication between them; they never change this description (STYLE.md #6).
+place the communication between them; they never change this description (shared/STYLE.md #6).
 
 Forward kernels of a block (Megatron-style, per rank, T = local tokens = b*s/cp):
 

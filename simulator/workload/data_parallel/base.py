@@ -1,7 +1,7 @@
 """The data-parallel strategy interface: how gradients are synchronised and states sharded.
 
 One small interface (:class:`Strategy`) and a registry keyed by ``parallelism.sharding``
-(:mod:`simulator.workload.data_parallel`, STYLE.md #7). The pipeline emission calls the hooks
+(:mod:`simulator.workload.data_parallel`, shared/STYLE.md #7). The pipeline emission calls the hooks
 while it walks a rank's schedule, for every *unit* (0 = embedding, ``layer + 1`` =
 transformer block, ``layers + 1`` = logits), through a
 :class:`~simulator.workload.emitter.RankEmitter` that carries the strategy's own typed state:

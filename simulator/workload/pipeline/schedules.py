@@ -14,7 +14,8 @@ gradient-accumulation loop F0 B0 F1 B1 ...
   at ``m * v``; micro-batches walk the chunks in groups of p.
 
 Bubble fraction with equal stages: (p - 1) / m for GPipe and 1F1B, (p - 1) / (v * m)
-interleaved (``tests/test_schedules.py`` checks the simulated step times against these).
+interleaved (``tests/test_schedules.py`` checks a unit-time run of the schedules against these,
+``tests/test_strategies.py`` the simulated step times).
 """
 
 from __future__ import annotations
