@@ -17,8 +17,8 @@ import pytest
 from simulator.cluster import Router, build_cluster
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.engine import CommResolver, LinkClasses, PhaseLoad, Resolved, run_program
+from simulator.ir import CommOp, ProgramBuilder
 from simulator.scenario import ClusterSpec
-from simulator.workload.tasks import CommOp, ProgramBuilder
 
 LINK_BYTES_PER_S = 1e11  # every axis link of the stand-in resolver: 100 GB/s, so 1e9 B = 10 ms
 AXES = ("dp", "tp", "pp", "offload")
@@ -239,9 +239,6 @@ def test_a_collective_of_another_rank_does_not_slow_this_one():
     assert log["kernel"] == (0.0, 10.0)
 
 
-@pytest.mark.xfail(raises=KeyError, strict=True,
-                   reason="engine bug: the compute in progress is kept per rank, so a second compute task "
-                          "on another stream of the same rank overwrites the first (KeyError at its end)")
 def test_two_compute_streams_of_one_rank_run_side_by_side_with_slowdown_on():
     """With slowdown 0.25 but no collective, a 10 ms kernel on the compute stream and a 4 ms
     compute task on another stream of rank 0 run at full speed, as with slowdown 0: [0, 10]

@@ -7,7 +7,7 @@ schedule has several chunks per rank.
 
 import pytest
 
-from simulator.workload.schedules import pipeline_schedule
+from simulator.workload.pipeline.schedules import pipeline_schedule
 
 
 def _names(actions, chunks=False):

@@ -35,7 +35,7 @@ class EngineRun:
     events: int
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: one entry per running task
 class _Running:
     """A compute task in progress: remaining work (seconds at full speed) and its current rate."""
 
@@ -71,7 +71,7 @@ class Engine:
         self.events = 0
         self.slowdown = slowdown
         self.in_flight: dict[int, int] = {}
-        self.running: dict[int, _Running] = {}
+        self.running: dict[int, list[_Running]] = {}  # rank -> compute tasks in progress
 
     # -- running -------------------------------------------------------------------------
 
@@ -143,12 +143,11 @@ class Engine:
 
     def _start_compute(self, task_ids: list[int]) -> None:
         rank = self.program.tasks[task_ids[0]].rank
-        self.running[rank] = _Running(task_ids, self.program.tasks[task_ids[0]].duration_s, self.env.now,
-                                      self._rate(rank))
-        self._schedule_compute(rank)
+        run = _Running(task_ids, self.program.tasks[task_ids[0]].duration_s, self.env.now, self._rate(rank))
+        self.running.setdefault(rank, []).append(run)
+        self._schedule_compute(rank, run)
 
-    def _schedule_compute(self, rank: int) -> None:
-        run = self.running[rank]
+    def _schedule_compute(self, rank: int, run: _Running) -> None:
         run.version += 1
         version = run.version
         timeout = self.env.timeout(run.work / run.rate)
@@ -157,18 +156,17 @@ class Engine:
     def _compute_done(self, rank: int, run: _Running, version: int) -> None:
         if run.version != version:
             return
-        del self.running[rank]
+        self.running[rank].remove(run)
         self._finish(run.task_ids)
 
     def _rate_changed(self, rank: int) -> None:
-        run = self.running.get(rank)
-        if run is None:
-            return
         now = self.env.now
-        run.work = max(0.0, run.work - (now - run.since) * run.rate)
-        run.since = now
-        run.rate = self._rate(rank)
-        self._schedule_compute(rank)
+        rate = self._rate(rank)
+        for run in self.running.get(rank, ()):
+            run.work = max(0.0, run.work - (now - run.since) * run.rate)
+            run.since = now
+            run.rate = rate
+            self._schedule_compute(rank, run)
 
     def _comm_started(self, rank: int) -> None:
         count = self.in_flight.get(rank, 0)
