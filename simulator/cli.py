@@ -195,9 +195,7 @@ def sweep(
     Finished points are cached in OUT/cache: run the same command again to resume an
     interrupted sweep. Infeasible and out-of-memory points are recorded with their reason.
     """
-    from simulator.executors import open_executor
-    from simulator.sweep import feasible_rows, run_sweep, write_results
-    from simulator.sweepfile import expand_sweep, load_sweep
+    from simulator.sweep import expand_sweep, feasible_rows, load_sweep, open_executor, run_sweep, write_results
 
     loaded = _guard(lambda: load_sweep(sweep_file))
     points = _guard(lambda: expand_sweep(loaded))
@@ -264,10 +262,10 @@ def search(
     the best whole and prints them with why the best wins.
     """
     import simulator
-    from simulator.executors import open_executor
     from simulator.pricing import load_prices
     from simulator.search import SearchSpace
     from simulator.search import search as run_search
+    from simulator.sweep import open_executor
 
     if objective not in ("throughput", "cost", "time-to-train"):
         _fail(f"--objective {objective!r}: expected throughput, cost or time-to-train")
@@ -300,7 +298,7 @@ def search(
 
 
 def _cpus() -> int:
-    from simulator.executors import default_workers
+    from simulator.sweep import default_workers
 
     return default_workers()
 

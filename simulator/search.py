@@ -58,8 +58,7 @@ from simulator.errors import ScenarioError
 from simulator.memory_estimate import MemoryEstimate, estimate_peak_memory
 from simulator.pricing import PriceTable, chinchilla_tokens, time_to_train_s, training_cost_usd
 from simulator.scenario import Scenario
-from simulator.sweep import SweepProgress, run_sweep
-from simulator.sweepfile import SweepPoint, set_path
+from simulator.sweep import SweepPoint, SweepProgress, run_sweep, set_path
 
 __all__ = ["SearchSpace", "Layout", "Candidate", "Ranked", "SearchReport", "search", "explain", "Objective",
            "RECOMPUTE_ORDER", "enumerate_layouts"]

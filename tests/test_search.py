@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 import simulator
-from simulator.executors import InlineExecutor
 from simulator.memory_estimate import estimate_peak_memory, in_flight_chunks
 from simulator.pricing import (
     CHINCHILLA_TOKENS_PER_PARAM,
@@ -29,6 +28,7 @@ from simulator.search import (
     search,
     step_bound_s,
 )
+from simulator.sweep import InlineExecutor
 
 GIB = 2**30
 
