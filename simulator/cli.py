@@ -262,9 +262,9 @@ def search(
     the best whole and prints them with why the best wins.
     """
     import simulator
-    from simulator.pricing import load_prices
     from simulator.search import SearchSpace
     from simulator.search import search as run_search
+    from simulator.search.pricing import load_prices
     from simulator.sweep import open_executor
 
     if objective not in ("throughput", "cost", "time-to-train"):

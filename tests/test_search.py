@@ -10,23 +10,23 @@ import pytest
 
 import simulator
 from simulator.memory_estimate import estimate_peak_memory, in_flight_chunks
-from simulator.pricing import (
+from simulator.scenario import Scenario, scenario_from_mapping
+from simulator.search import (
+    SearchSpace,
+    enumerate_layouts,
+    explain,
+    probe_micro_batches,
+    search,
+    step_bound_s,
+)
+from simulator.search.prediction import _with_micro_batches
+from simulator.search.pricing import (
     CHINCHILLA_TOKENS_PER_PARAM,
     NodePrice,
     chinchilla_tokens,
     load_prices,
     time_to_train_s,
     training_cost_usd,
-)
-from simulator.scenario import Scenario, scenario_from_mapping
-from simulator.search import (
-    SearchSpace,
-    _with_micro_batches,
-    enumerate_layouts,
-    explain,
-    probe_micro_batches,
-    search,
-    step_bound_s,
 )
 from simulator.sweep import InlineExecutor
 
