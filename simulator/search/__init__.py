@@ -46,7 +46,7 @@ A naive data-parallel baseline (PyTorch DDP, no model parallelism) is simulated 
 The package, one concept per module: :mod:`~simulator.search.space` (step 1, the layouts),
 :mod:`~simulator.search.pruning` (steps 2 and 3), :mod:`~simulator.search.bounds` and
 :mod:`~simulator.search.prediction` (step 4), :mod:`~simulator.search.driver` (:func:`search`,
-steps 4 and 5), :mod:`~simulator.search.explain`, :mod:`~simulator.search.report` (what a
+steps 4 and 5), :mod:`~simulator.search.explanation`, :mod:`~simulator.search.report` (what a
 search returns) and :mod:`~simulator.search.pricing` (node prices and token budgets).
 """
 
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from simulator.search.bounds import step_bound_s
 from simulator.search.driver import search
-from simulator.search.explain import explain
+from simulator.search.explanation import explain
 from simulator.search.prediction import probe_micro_batches
 from simulator.search.pruning import candidates
 from simulator.search.report import Candidate, Ranked, SearchReport
