@@ -40,12 +40,12 @@ def run(
         console.print(f"result written to {json_path}")
     ranks = guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
     if trace is not None:
-        from simulator.results.trace import write_trace
+        from simulator.results.export import write_trace
 
         guard(lambda: write_trace(result, trace, ranks=ranks))
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     if hta is not None:
-        from simulator.results.trace import write_hta_traces
+        from simulator.results.export import write_hta_traces
 
         paths = guard(lambda: write_hta_traces(result, hta, ranks=ranks))
         console.print(f"{len(paths)} HTA trace(s) written to {hta} (hta.trace_analysis.TraceAnalysis(trace_dir=...))")
