@@ -1,4 +1,4 @@
-"""``dtsim calibrate``: the command (typer + rich); registered on the app in :mod:`simulator.cli`.
+"""``dtsim calibrate``: the command (typer + rich); registered on the app in :mod:`simulator.cli.application`.
 
 Exit codes as for every command: 0 success, 2 a request that cannot run here (no PyTorch,
 no such device, a dtype the device would emulate, a bad scenario) with one line saying why.
@@ -10,23 +10,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from simulator import units
+from simulator.cli.common import console, err_console, fail
 from simulator.errors import ScenarioError
 
 __all__ = ["calibrate"]
-
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 class _Bar:
@@ -68,9 +60,9 @@ def calibrate(
     from simulator.calibrate.runner import default_out
 
     if dtype is not None and dtype not in DTYPES:
-        _fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+        fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     if scenario is not None and not scenario.is_file():
-        _fail(f"--scenario {scenario}: file not found")
+        fail(f"--scenario {scenario}: file not found")
     options = CalibrationOptions(device=device, dtype=dtype, scenario=scenario, quick=quick, comm_ranks=comm,
                                  threads=threads)
     try:
@@ -79,7 +71,7 @@ def calibrate(
                       console=err_console, transient=True) as bar:
             result = run_calibration(options, _Bar(bar))
     except (CalibrationError, ScenarioError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     path = write_profile(result.profile, out or default_out(result.device, result.dtype))
     _print_summary(result)
