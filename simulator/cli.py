@@ -27,6 +27,7 @@ from rich.table import Table
 
 from simulator import units
 from simulator.cli_calibrate import calibrate as calibrate_command
+from simulator.cluster.collective_algorithms import ALGORITHMS
 from simulator.errors import ScenarioError
 
 __all__ = ["app", "main"]
@@ -431,8 +432,9 @@ def schema(
 def topo(
     node: Annotated[str, typer.Argument(help="node type (e.g. p4d.24xlarge) or a node / cluster YAML file")],
     nodes: Annotated[int, typer.Option("--nodes", min=1, help="number of nodes")] = 1,
-    fabric: Annotated[str, typer.Option("--fabric", help="fat-tree | rail-optimized | single-switch")] = "fat-tree",
-    oversubscription: Annotated[float, typer.Option("--oversubscription", min=1.0)] = 1.0,
+    fabric: Annotated[str, typer.Option("--fabric", help="fat-tree | rail-optimized | single-switch | torus")] = "fat-tree",
+    oversubscription: Annotated[float | None, typer.Option("--oversubscription", min=1.0)] = None,
+    dims: Annotated[str | None, typer.Option("--dims", help="torus fabric: nodes per dimension, e.g. 4x4")] = None,
 ) -> None:
     """Describe a cluster: GPUs, links by kind, per-GPU injection and bisection bandwidth."""
     from simulator.cluster import build_cluster
@@ -444,7 +446,12 @@ def topo(
         if node.endswith((".yaml", ".yml")) and _is_cluster_file(node):
             data = {"topology": node}
         else:
-            data = {"node": node, "nodes": nodes, "fabric": {"kind": fabric, "oversubscription": oversubscription}}
+            fabric_data: dict[str, Any] = {"kind": fabric}
+            if oversubscription is not None:
+                fabric_data["oversubscription"] = oversubscription
+            if dims is not None:
+                fabric_data["dims"] = [int(d) for d in dims.lower().split("x") if d.strip().isdigit()]
+            data = {"node": node, "nodes": nodes, "fabric": fabric_data}
         try:
             spec = ClusterSpec.model_validate(data)
         except Exception as exc:
@@ -471,6 +478,8 @@ def topo(
         table.add_row(g.kind, g.tier, str(g.count), units.format_rate(g.bandwidth_bytes_per_s),
                       units.format_rate(g.count * g.bandwidth_bytes_per_s))
     console.print(table)
+    for line in summary.diagram:
+        console.print(line, highlight=False, markup=False)
     console.print(f"per-GPU injection: NVLink {units.format_rate(summary.nvlink_per_gpu_bytes_per_s)}, "
                   f"PCIe {units.format_rate(summary.pcie_per_gpu_bytes_per_s)}, network "
                   f"{units.format_rate(summary.network_per_gpu_bytes_per_s)} "
@@ -510,7 +519,7 @@ def collective(
     nodes: Annotated[int, typer.Option("--nodes", min=1)] = 1,
     op: Annotated[str, typer.Option("--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast")] = "all_reduce",
     sizes: Annotated[str, typer.Option("--sizes", help="START:END, doubling (nccl-tests -b/-e/-f 2)")] = "8B:16GiB",
-    algorithm: Annotated[str | None, typer.Option("--algorithm", help="ring | tree | hierarchical | nvls (default: NCCL-like choice)")] = None,
+    algorithm: Annotated[str | None, typer.Option("--algorithm", help=f"{' | '.join(ALGORITHMS)} (default: NCCL-like choice)")] = None,
     fabric: Annotated[str, typer.Option("--fabric")] = "fat-tree",
     gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", min=1)] = None,
     network: Annotated[str, typer.Option("--network", help="flow | analytical")] = "flow",
@@ -522,8 +531,8 @@ def collective(
 
     if op not in OPS or op == "p2p":
         _fail(f"--op {op!r}: expected one of {', '.join(o for o in OPS if o != 'p2p')}")
-    if algorithm is not None and algorithm not in ("ring", "tree", "hierarchical", "nvls", "direct", "chain"):
-        _fail(f"--algorithm {algorithm!r}: expected ring, tree, hierarchical or nvls")
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        _fail(f"--algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     if network not in ("flow", "analytical"):
         _fail(f"--network {network!r}: expected flow or analytical")
     size_list = _guard(lambda: _size_range(sizes))
