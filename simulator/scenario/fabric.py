@@ -103,7 +103,7 @@ class TorusFabric(FabricBase):
     dimension with wraparound; NICs attach to their node's torus router; dimension-order routing."""
 
     kind: Literal["torus"]
-    dims: list[PositiveInt] = Field(
+    dims: tuple[PositiveInt, ...] = Field(
         min_length=2, max_length=3, description="nodes along each dimension, e.g. [4, 4]; the product is cluster.nodes"
     )
     link_bandwidth_bytes_per_s: Rate | None = Field(

@@ -94,7 +94,7 @@ class IntraNodeSpec(Frozen):
     nvlink_pairs: list[tuple[int, int, int]] | None = Field(
         None, description="nvlink-mesh: [gpu_a, gpu_b, bricks] for every directly linked pair"
     )
-    dims: list[int] | None = Field(None, description="torus: devices along each dimension, e.g. [4, 4]")
+    dims: tuple[int, ...] | None = Field(None, description="torus: devices along each dimension, e.g. [4, 4]")
     link_efficiency: Fraction | None = Field(
         None, description="torus: fraction of a link's line rate large collectives reach"
     )
