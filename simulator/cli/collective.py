@@ -9,6 +9,7 @@ from rich.table import Table
 
 from simulator import units
 from simulator.cli.common import console, fail, guard
+from simulator.cluster.collective_algorithms import ALGORITHMS
 from simulator.errors import ScenarioError
 
 __all__ = ["collective"]
@@ -32,7 +33,7 @@ def collective(
     nodes: Annotated[int, typer.Option("--nodes", min=1)] = 1,
     op: Annotated[str, typer.Option("--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | broadcast")] = "all_reduce",
     sizes: Annotated[str, typer.Option("--sizes", help="START:END, doubling (nccl-tests -b/-e/-f 2)")] = "8B:16GiB",
-    algorithm: Annotated[str | None, typer.Option("--algorithm", help="ring | tree | hierarchical | nvls (default: NCCL-like choice)")] = None,
+    algorithm: Annotated[str | None, typer.Option("--algorithm", help=f"{' | '.join(ALGORITHMS)} (default: NCCL-like choice)")] = None,
     fabric: Annotated[str, typer.Option("--fabric")] = "fat-tree",
     gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node", min=1)] = None,
     network: Annotated[str, typer.Option("--network", help="flow | analytical")] = "flow",
@@ -44,8 +45,8 @@ def collective(
 
     if op not in OPS or op == "p2p":
         fail(f"--op {op!r}: expected one of {', '.join(o for o in OPS if o != 'p2p')}")
-    if algorithm is not None and algorithm not in ("ring", "tree", "hierarchical", "nvls", "direct", "chain"):
-        fail(f"--algorithm {algorithm!r}: expected ring, tree, hierarchical or nvls")
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        fail(f"--algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     if network not in ("flow", "analytical"):
         fail(f"--network {network!r}: expected flow or analytical")
     size_list = guard(lambda: _size_range(sizes))

@@ -17,8 +17,9 @@ __all__ = ["topo"]
 def topo(
     node: Annotated[str, typer.Argument(help="node type (e.g. p4d.24xlarge) or a node / cluster YAML file")],
     nodes: Annotated[int, typer.Option("--nodes", min=1, help="number of nodes")] = 1,
-    fabric: Annotated[str, typer.Option("--fabric", help="fat-tree | rail-optimized | single-switch")] = "fat-tree",
-    oversubscription: Annotated[float, typer.Option("--oversubscription", min=1.0)] = 1.0,
+    fabric: Annotated[str, typer.Option("--fabric", help="fat-tree | rail-optimized | single-switch | torus")] = "fat-tree",
+    oversubscription: Annotated[float | None, typer.Option("--oversubscription", min=1.0)] = None,
+    dims: Annotated[str | None, typer.Option("--dims", help="torus fabric: nodes per dimension, e.g. 4x4")] = None,
 ) -> None:
     """Describe a cluster: GPUs, links by kind, per-GPU injection and bisection bandwidth."""
     from simulator.cluster import build_cluster
@@ -30,7 +31,12 @@ def topo(
         if node.endswith((".yaml", ".yml")) and _is_cluster_file(node):
             data = {"topology": node}
         else:
-            data = {"node": node, "nodes": nodes, "fabric": {"kind": fabric, "oversubscription": oversubscription}}
+            fabric_data: dict[str, Any] = {"kind": fabric}
+            if oversubscription is not None:
+                fabric_data["oversubscription"] = oversubscription
+            if dims is not None:
+                fabric_data["dims"] = [int(d) for d in dims.lower().split("x") if d.strip().isdigit()]
+            data = {"node": node, "nodes": nodes, "fabric": fabric_data}
         try:
             spec = ClusterSpec.model_validate(data)
         except Exception as exc:
@@ -57,6 +63,8 @@ def topo(
         table.add_row(g.kind, g.tier, str(g.count), units.format_rate(g.bandwidth_bytes_per_s),
                       units.format_rate(g.count * g.bandwidth_bytes_per_s))
     console.print(table)
+    for line in summary.diagram:
+        console.print(line, highlight=False, markup=False)
     console.print(f"per-GPU injection: NVLink {units.format_rate(summary.nvlink_per_gpu_bytes_per_s)}, "
                   f"PCIe {units.format_rate(summary.pcie_per_gpu_bytes_per_s)}, network "
                   f"{units.format_rate(summary.network_per_gpu_bytes_per_s)} "

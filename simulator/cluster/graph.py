@@ -6,19 +6,22 @@ can index loads by integer, plus the vertex metadata the router needs. The netwo
 ``link``) is built on first use, for analysis (bisection bandwidth) and for users.
 
 Vertex names: ``n{node}.gpu{i}``, ``n{node}.nvsw``, ``n{node}.pcie{k}``, ``n{node}.cpu{s}``,
-``n{node}.nic{j}``; fabric switches ``leaf{i}``, ``spine{j}``, ``rail{r}.leaf{g}``, ``switch``.
+``n{node}.nic{j}``; fabric switches ``leaf{i}``, ``spine{j}``, ``rail{r}.leaf{g}``, ``switch``, ``torus{node}``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import networkx as nx
 
+from simulator.scenario.fabric import FabricSpec
 from simulator.scenario.hardware import GpuSpec, LinkKind, NodeTypeSpec, TransportSpec
-from simulator.scenario.spec import FabricSpec
+
+if TYPE_CHECKING:
+    from simulator.cluster.fabrics.base import Fabric
 
 __all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind"]
 
@@ -75,9 +78,8 @@ class ClusterGraph:
     _out: dict[str, list[int]] = field(default_factory=dict)
     _pair: dict[tuple[str, str], int] = field(default_factory=dict)
     _node_slots: dict[int, int] = field(default_factory=dict)
-    # filled by the fabric builder: the switch each NIC is cabled to, and spine lists
-    nic_leaf: dict[str, str] = field(default_factory=dict)
-    leaf_spines: dict[str, list[str]] = field(default_factory=dict)
+    # the built scale-out fabric (its own wiring state and NIC-to-NIC routing); None until built
+    scale_out: Fabric | None = None
     description: str = ""
     # extra latency per intra-node collective step, on top of NCCL's hop constants; set from a
     # measured profile's comm fits (simulator.cluster.comm_profile), 0 without one
@@ -142,6 +144,10 @@ class ClusterGraph:
     def link_between(self, src: str, dst: str) -> Link | None:
         link_id = self._pair.get((src, dst))
         return None if link_id is None else self.links[link_id]
+
+    def link_id(self, src: str, dst: str) -> int:
+        """Id of the link from ``src`` to ``dst`` (KeyError when there is none)."""
+        return self._pair[(src, dst)]
 
     def out_links(self, vertex: str) -> list[Link]:
         return [self.links[i] for i in self._out.get(vertex, [])]

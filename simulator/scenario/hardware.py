@@ -7,11 +7,12 @@ models define their format; ``simulator.cluster`` builds graphs from them.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from simulator.datadirs import topologies_dir
 from simulator.errors import ScenarioError
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 TransportKind = Literal["infiniband", "efa", "ethernet-tcp"]
-LinkKind = Literal["nvlink", "pcie", "host", "infiniband", "efa", "ethernet-tcp"]
+LinkKind = Literal["nvlink", "neuronlink", "pcie", "host", "infiniband", "efa", "ethernet-tcp"]
 
 # One direction of a x16 link: 8/16/32 GT/s x 16 lanes x 128/130 encoding / 8 bits
 # (PCIe 3.0/4.0/5.0 signalling rates; shared/REFERENCE.md §10.1).
@@ -84,13 +85,18 @@ class GpuSpec(Frozen):
 
 
 class IntraNodeSpec(Frozen):
-    kind: Literal["nvswitch", "nvlink-mesh", "pcie"]
+    kind: Literal["nvswitch", "nvlink-mesh", "pcie", "torus"]
     nvls: bool = False
     link_bandwidth_bytes_per_s: Rate | None = Field(
-        None, alias="link_bandwidth", description="nvlink-mesh: one NVLink brick, one direction"
+        None, alias="link_bandwidth",
+        description="nvlink-mesh: one NVLink brick, one direction; torus: one device-to-device link, one direction",
     )
     nvlink_pairs: list[tuple[int, int, int]] | None = Field(
         None, description="nvlink-mesh: [gpu_a, gpu_b, bricks] for every directly linked pair"
+    )
+    dims: tuple[int, ...] | None = Field(None, description="torus: devices along each dimension, e.g. [4, 4]")
+    link_efficiency: Fraction | None = Field(
+        None, description="torus: fraction of a link's line rate large collectives reach"
     )
 
 
@@ -132,7 +138,16 @@ class NodeTypeSpec(Frozen):
     def _mesh_needs_pairs(cls, value: IntraNodeSpec) -> IntraNodeSpec:
         if value.kind == "nvlink-mesh" and (not value.nvlink_pairs or value.link_bandwidth_bytes_per_s is None):
             raise ValueError("an nvlink-mesh node needs nvlink_pairs and link_bandwidth")
+        if value.kind == "torus" and (not value.dims or value.link_bandwidth_bytes_per_s is None):
+            raise ValueError("a torus node needs dims and link_bandwidth")
         return value
+
+    @model_validator(mode="after")
+    def _torus_holds_every_device(self) -> NodeTypeSpec:
+        dims = self.intra_node.dims
+        if self.intra_node.kind == "torus" and dims and math.prod(dims) != self.gpus:
+            raise ValueError(f"intra_node.dims {dims} hold {math.prod(dims)} devices but the node has gpus: {self.gpus}")
+        return self
 
     @property
     def network_bytes_per_s(self) -> float:

@@ -21,8 +21,9 @@ from pydantic import Field, PositiveInt, ValidationError, ValidationInfo, field_
 
 from simulator.errors import InfeasibleError, ScenarioError
 from simulator.scenario import hardware
+from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
 from simulator.scenario.presets import load_preset
-from simulator.scenario.types import Bytes, Fraction, Frozen, Precision, Rate, Seconds
+from simulator.scenario.types import Bytes, Frozen, Precision
 from simulator.scenario.yamlio import error_from_validation, load_mapping, to_plain
 from simulator.units import MiB
 
@@ -145,26 +146,6 @@ def _fill_model_defaults(value: Any) -> Any:
 # cluster
 
 
-class FabricSpec(Frozen):
-    """The scale-out network between nodes."""
-
-    kind: Literal["fat-tree", "rail-optimized", "single-switch"] = Field(
-        "fat-tree",
-        description="fat-tree: leaf/spine Clos; rail-optimized: NIC i of every node on rail-leaf i; "
-        "single-switch: every NIC on one non-blocking switch",
-    )
-    oversubscription: float = Field(1.0, ge=1.0, description="leaf downlink / uplink capacity (1 = non-blocking)")
-    switch_radix: int = Field(64, ge=4, description="ports per switch; half face down on leaves")
-    nodes_per_leaf: PositiveInt | None = Field(None, description="default: (switch_radix / 2) / NICs per node")
-    spines: PositiveInt | None = Field(None, description="spine switches; default: the leaf's uplink port count")
-    transport: hardware.TransportKind | None = Field(None, description="override the node type's NIC transport")
-    nic_bandwidth_bytes_per_s: Rate | None = Field(
-        None, alias="nic_bandwidth", description="override the bandwidth of each NIC, e.g. '400Gbps'"
-    )
-    latency_s: Seconds | None = Field(None, alias="latency", description="override the transport's message latency")
-    efficiency: Fraction | None = Field(None, description="override the transport's large-message efficiency")
-
-
 class ClusterSpec(Frozen):
     """Which machines, how many, and how they are wired."""
 
@@ -173,8 +154,13 @@ class ClusterSpec(Frozen):
     gpu: str | None = Field(None, description="override the node's GPU type")
     gpus_per_node: PositiveInt | None = Field(None, description="use only this many GPUs of each node")
     calibration: str | None = Field(None, description="compute/communication profile YAML (dtsim calibrate)")
-    fabric: FabricSpec = Field(default_factory=FabricSpec)
+    fabric: FabricSpec = Field(default_factory=FatTreeFabric)
     topology: str | None = Field(None, description="a cluster file holding these same keys instead")
+
+    @field_validator("fabric", mode="before")
+    @classmethod
+    def _default_fabric_kind(cls, value: Any) -> Any:
+        return with_default_kind(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -221,6 +207,10 @@ class ClusterSpec(Frozen):
             )
         if self.calibration is not None and not Path(self.calibration).is_file():
             raise ScenarioError(f"calibration profile {self.calibration!r} not found", field="cluster.calibration")
+        if isinstance(self.fabric, TorusFabric) and self.fabric.nodes != self.nodes:
+            dims = " x ".join(str(d) for d in self.fabric.dims)
+            raise ScenarioError(f"a {dims} torus holds {self.fabric.nodes} nodes but cluster.nodes = {self.nodes}; "
+                                "the product of dims must equal the node count", field="cluster.fabric.dims")
         return self
 
     @cached_property

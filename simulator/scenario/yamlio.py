@@ -125,19 +125,37 @@ def _clean_loc(loc: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(cleaned)
 
 
-def _allowed_fields(model: type[BaseModel] | None, loc: Sequence[Any]) -> list[str]:
-    """Field names (aliases) of the model reached by following ``loc`` (minus its last key)."""
+def _walk(model: type[BaseModel] | None, loc: Sequence[Any]) -> tuple[tuple[Any, ...], Any]:
+    """Follow ``loc`` through ``model``'s fields: the location without the branch tags pydantic
+    inserts inside a tagged union (``cluster.fabric.torus.dims`` -> ``cluster.fabric.dims``),
+    and the model class owning the last key (None when the walk leaves the models)."""
+    cleaned: list[Any] = []
+    owner: Any = None
     current: Any = model
-    for key in loc[:-1]:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = _field_by_name(current, key)
-        if field is None:
-            return []
-        current = _model_in_annotation(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [info.alias or name for name, info in current.model_fields.items()]
-    return []
+    branches: dict[Any, Any] = {}
+    for key in loc:
+        if isinstance(key, str) and key in branches:
+            current, branches = branches[key], {}
+            continue
+        cleaned.append(key)
+        owner = current if isinstance(current, type) and issubclass(current, BaseModel) else None
+        info = _field_by_name(owner, key) if owner is not None else None
+        current = _model_in_annotation(info.annotation) if info is not None else None
+        branches = _tagged_branches(info) if info is not None else {}
+    return tuple(cleaned), owner
+
+
+def _tagged_branches(info: Any) -> dict[Any, Any]:
+    """Tag value -> member model of a field holding a union discriminated by a field name."""
+    tag = info.discriminator
+    if not isinstance(tag, str):
+        return {}
+    out: dict[Any, Any] = {}
+    for member in getattr(info.annotation, "__args__", ()) or ():
+        if isinstance(member, type) and issubclass(member, BaseModel) and tag in member.model_fields:
+            for value in getattr(member.model_fields[tag].annotation, "__args__", ()) or ():
+                out[value] = member
+    return out
 
 
 def _field_by_name(model: type[BaseModel], key: Any) -> Any:
@@ -175,16 +193,21 @@ def error_from_validation(
     """The first error of a pydantic ValidationError as a located :class:`ScenarioError`."""
     errors = exc.errors(include_url=False)
     err = errors[0]
-    loc = prefix + _clean_loc(err["loc"])
+    own_loc, owner = _walk(model or exc_model(exc), _clean_loc(err["loc"]))
+    loc = prefix + own_loc
     kind = err["type"]
     message = str(err["msg"])
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
     if kind == "extra_forbidden":
         name = str(loc[-1]) if loc else "?"
-        allowed = _allowed_fields(model or exc_model(exc), loc[len(prefix) :]) if model or exc_model(exc) else []
+        allowed = [info.alias or field for field, info in owner.model_fields.items()] if owner is not None else []
         close = difflib.get_close_matches(name, allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else (f"; allowed: {', '.join(allowed)}" if allowed else "")
+        foreign = getattr(owner, "foreign_field_hint", None)
+        other = foreign(name) if foreign is not None else None
+        if other:
+            hint = f": {other} (allowed: {', '.join(allowed)})"
         message = f"unknown field {name!r}{hint}"
     elif kind == "missing":
         message = "required field is missing"
