@@ -146,7 +146,7 @@ def _allowed_fields(model: type[BaseModel] | None, loc: Sequence[Any]) -> list[s
             return []
         current = _model_in_annotation(field.annotation)
     if isinstance(current, type) and issubclass(current, BaseModel):
-        return [info.alias or name for name, info in current.model_fields.items()]
+        return [info.alias or name for name, info in current.model_fields.items() if not info.exclude]
     return []
 
 
