@@ -58,6 +58,7 @@ from simulator.errors import ScenarioError
 from simulator.memory_estimate import MemoryEstimate, estimate_peak_memory
 from simulator.pricing import PriceTable, chinchilla_tokens, time_to_train_s, training_cost_usd
 from simulator.scenario import Scenario
+from simulator.scenario.parallelism import drop_foreign_options
 from simulator.sweep import SweepProgress, run_sweep
 from simulator.sweepfile import SweepPoint, set_path
 
@@ -229,6 +230,7 @@ def _scenario(base_json: dict[str, Any], layout: Layout, recompute: str) -> Scen
     data = copy.deepcopy(base_json)
     for path, value in layout.overrides(recompute).items():
         set_path(data, path, value)
+    data["parallelism"] = drop_foreign_options(data["parallelism"])  # the base's options of another sharding
     return Scenario.model_validate(data)
 
 

@@ -1,11 +1,19 @@
-"""The ``parallelism`` section: parallel sizes, pipeline schedule, sharding strategy and its options."""
+"""The ``parallelism`` section: parallel sizes, pipeline schedule, sharding strategy and its options.
+
+The option blocks (``ddp``, ``zero``, ``fsdp``, ``mics``) form a union tagged by
+``sharding``: each block belongs to the strategies that read it (:data:`OPTION_BLOCKS`,
+as in ``simulator/workload/sharding.py``), and a block of another strategy given with
+non-default values is an error naming it. Every block stays readable as an attribute with
+its defaults (``parallelism.zero.reduce_bucket_size``), whatever the sharding.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, model_validator
 
+from simulator.errors import ScenarioError
 from simulator.fields import Bytes, Frozen
 from simulator.units import MiB
 
@@ -17,10 +25,21 @@ __all__ = [
     "FsdpOptions",
     "MicsOptions",
     "ParallelismSpec",
+    "OPTION_BLOCKS",
+    "drop_foreign_options",
 ]
 
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp", "mics"]
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved"]
+
+# option block -> the shardings whose strategy reads it (MiCS is ZeRO-3 in partition groups:
+# it reads zero's bucket, prefetch and persistence options too)
+OPTION_BLOCKS: dict[str, tuple[str, ...]] = {
+    "ddp": ("none",),
+    "zero": ("zero1", "zero2", "zero3", "mics"),
+    "fsdp": ("fsdp", "hsdp"),
+    "mics": ("mics",),
+}
 
 
 class DdpOptions(Frozen):
@@ -89,7 +108,29 @@ class ParallelismSpec(Frozen):
     tp_comm_overlap: bool = Field(
         False, description="Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): every TP all-gather "
         "and reduce-scatter pipelined with the GEMM it feeds or follows; needs sequence_parallel")
-    ddp: DdpOptions = Field(default_factory=DdpOptions)
-    zero: ZeroOptions = Field(default_factory=ZeroOptions)
-    fsdp: FsdpOptions = Field(default_factory=FsdpOptions)
-    mics: MicsOptions = Field(default_factory=MicsOptions)
+    ddp: DdpOptions = Field(default_factory=DdpOptions, description="options of sharding: none")
+    zero: ZeroOptions = Field(default_factory=ZeroOptions, description="options of sharding: zero1, zero2, zero3, mics")
+    fsdp: FsdpOptions = Field(default_factory=FsdpOptions, description="options of sharding: fsdp, hsdp")
+    mics: MicsOptions = Field(default_factory=MicsOptions, description="options of sharding: mics")
+
+    @model_validator(mode="after")
+    def _options_match_sharding(self) -> ParallelismSpec:
+        """A block given for another strategy (with values other than its defaults, which
+        would silently do nothing) is an error naming it."""
+        for block, shardings in OPTION_BLOCKS.items():
+            if block not in self.model_fields_set or self.sharding in shardings:
+                continue
+            options = getattr(self, block)
+            if options != type(options)():
+                raise ScenarioError(
+                    f"options for sharding {'/'.join(shardings)} given with sharding: {self.sharding}",
+                    field=f"parallelism.{block}",
+                )
+        return self
+
+
+def drop_foreign_options(parallelism: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a ``parallelism`` mapping without the option blocks its ``sharding`` does not
+    read (for tools that change the sharding of an existing scenario, e.g. the search)."""
+    sharding = parallelism.get("sharding", "none")
+    return {k: v for k, v in parallelism.items() if k not in OPTION_BLOCKS or sharding in OPTION_BLOCKS[k]}
