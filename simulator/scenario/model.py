@@ -117,4 +117,7 @@ def resolve_model(value: Any, catalog: Catalog) -> Any:
         raise error_from_validation(exc, root=preset.root, file=preset.path, model=ModelSpec) from None
     overrides = {k: v for k, v in value.items() if k != "preset"}
     # an explicit override of heads without kv_heads keeps MHA semantics of the override
-    return _fill_model_defaults({**data, **overrides, "preset": name})
+    merged = _fill_model_defaults({**data, **overrides, "preset": name})
+    # every field written out (defaults too): the result is resolved data (is_resolved_model)
+    defaults = {k: f.default for k, f in ModelSpec.model_fields.items() if not f.is_required() and k not in merged}
+    return {**merged, **defaults}

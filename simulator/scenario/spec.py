@@ -39,7 +39,7 @@ from simulator.scenario.parallelism import (
     Sharding,
     ZeroOptions,
 )
-from simulator.scenario.resolve import base_dir_in, catalog_in, is_catalog_name, resolve_cluster
+from simulator.scenario.resolve import base_dir_in, catalog_in, is_catalog_name, is_resolved_cluster, resolve_cluster
 
 __all__ = [
     "ModelSpec",
@@ -105,6 +105,8 @@ class ClusterSpec(Frozen):
     @classmethod
     def _resolve(cls, value: Any, info: ValidationInfo) -> Any:
         """Resolve names and paths through the context's catalog (no-op on resolved data)."""
+        if is_resolved_cluster(value):
+            return value
         return resolve_cluster(value, catalog_in(info), base_dir_in(info))
 
     @model_validator(mode="after")
