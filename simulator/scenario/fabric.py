@@ -16,8 +16,8 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, PositiveInt
 
+from simulator.fields import Fraction, Frozen, Rate, Seconds
 from simulator.scenario import hardware
-from simulator.scenario.types import Fraction, Frozen, Rate, Seconds
 
 __all__ = [
     "FabricKind",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from simulator.scenario import Scenario
+from simulator.scenario.parallelism import drop_foreign_options
 from simulator.sweep import set_path
 
 __all__ = ["Objective", "RECOMPUTE_ORDER", "SearchSpace", "Layout", "enumerate_layouts", "layout_scenario"]
@@ -128,5 +129,6 @@ def layout_scenario(base_json: dict[str, Any], layout: Layout, recompute: str) -
     data = copy.deepcopy(base_json)
     for path, value in layout.overrides(recompute).items():
         set_path(data, path, value)
+    data["parallelism"] = drop_foreign_options(data["parallelism"])  # the base's options of another sharding
     return Scenario.model_validate(data)
 
