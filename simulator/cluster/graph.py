@@ -13,17 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 import networkx as nx
 
 from simulator.scenario.fabric import FabricSpec
 from simulator.scenario.hardware import GpuSpec, LinkKind, NodeTypeSpec, TransportSpec
 
-if TYPE_CHECKING:
-    from simulator.cluster.fabrics.base import Fabric
-
-__all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind"]
+__all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind", "ScaleOut"]
 
 VertexKind = Literal["gpu", "nvswitch", "pcie", "cpu", "nic", "leaf", "spine", "switch"]
 
@@ -79,7 +76,7 @@ class ClusterGraph:
     _pair: dict[tuple[str, str], int] = field(default_factory=dict)
     _node_slots: dict[int, int] = field(default_factory=dict)
     # the built scale-out fabric (its own wiring state and NIC-to-NIC routing); None until built
-    scale_out: Fabric | None = None
+    scale_out: ScaleOut | None = None
     description: str = ""
     # extra latency per intra-node collective step, on top of NCCL's hop constants; set from a
     # measured profile's comm fits (simulator.cluster.comm_profile), 0 without one
@@ -172,3 +169,15 @@ class ClusterGraph:
                 latency_s=link.latency_s,
             )
         return g
+
+
+class ScaleOut(Protocol):
+    """What the graph keeps of its scale-out fabric (a :class:`simulator.cluster.fabrics.Fabric`):
+    the router asks it for paths between NICs, ``dtsim topo`` for its bisection and drawing."""
+
+    def paths(self, cluster: ClusterGraph, src: tuple[int, int], dst: tuple[int, int], flow: int,
+              seed: int) -> list[tuple[list[int], float]]: ...
+
+    def bisection_estimate_bytes_per_s(self, cluster: ClusterGraph, node_nic_bytes_per_s: float) -> float: ...
+
+    def diagram(self, cluster: ClusterGraph) -> list[str]: ...
