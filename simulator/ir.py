@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, get_args
 
-__all__ = ["CommOp", "MemDelta", "FusedPart", "Task", "Program", "ProgramBuilder", "STREAMS", "OpName", "HOST_COPY_OPS",
+__all__ = ["CommOp", "MemDelta", "FusedPart", "FusedLayers", "TaskInfo", "Task", "Program", "ProgramBuilder", "STREAMS", "OpName", "HOST_COPY_OPS",
            "COLLECTIVE_OPS", "is_host_copy", "op_name"]
 
 # stream names, one per kind of work (compute, and one per communication group kind)
@@ -90,6 +90,58 @@ class FusedPart(NamedTuple):
     ranks: int
 
 
+@dataclass(frozen=True, slots=True)
+class FusedLayers:
+    """The inner timeline of a fused run of units (one compute task): unit range, compute and
+    collective seconds by group kind (in flight, and on the critical path), and the parts."""
+
+    units: tuple[int, int]
+    compute_s: float
+    comm_s: dict[str, float]
+    exposed_s: dict[str, float]
+    parts: tuple[FusedPart, ...]
+    nominal_s: float  # the timeline's length before any slowdown from collectives beside it
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """What a task is, for the results and traces (None: not applicable).
+
+    ``phase`` fwd | bwd | recompute | optimizer; ``mb`` micro-batch; ``layer`` transformer
+    layer (-1 embedding); ``chunk`` virtual pipeline stage; ``flops`` of a compute task;
+    ``params`` an optimizer step's parameters; ``group`` the mesh group of a strategy's
+    collective; ``src``/``dst``/``src_chunk``/``dst_chunk`` and ``role`` of a pipeline transfer;
+    ``fused`` the inner timeline of a fused run of layers; ``fused_from`` the fused task a
+    slice was expanded from.
+    """
+
+    phase: str | None = None
+    mb: int | None = None
+    layer: int | None = None
+    chunk: int | None = None
+    flops: float | None = None
+    params: float | None = None
+    group: str | None = None
+    src: int | None = None
+    dst: int | None = None
+    src_chunk: int | None = None
+    dst_chunk: int | None = None
+    role: Literal["send", "recv"] | None = None
+    fused: FusedLayers | None = None
+    fused_from: str | None = None
+
+    def extra_args(self) -> dict[str, Any]:
+        """The fields a trace shows beyond phase, micro-batch, layer, chunk and FLOPs, by
+        their trace names, in a fixed order."""
+        out: dict[str, Any] = {}
+        for name, key in (("params", "params"), ("group", "axis"), ("src", "src"), ("dst", "dst"),
+                          ("src_chunk", "src_chunk"), ("dst_chunk", "dst_chunk"), ("fused_from", "fused")):
+            value = getattr(self, name)
+            if value is not None:
+                out[key] = value
+        return out
+
+
 @dataclass(slots=True)
 class Task:
     id: int
@@ -102,7 +154,7 @@ class Task:
     join: Hashable | None = None
     deps: list[int] = field(default_factory=list)
     mem: tuple[MemDelta, ...] = ()
-    meta: dict[str, Any] | None = None
+    info: TaskInfo | None = None
 
 
 @dataclass
@@ -141,10 +193,10 @@ class ProgramBuilder:
         join: Hashable | None = None,
         deps: list[int] | tuple[int, ...] = (),
         mem: tuple[MemDelta, ...] = (),
-        meta: dict[str, Any] | None = None,
+        info: TaskInfo | None = None,
     ) -> int:
         task = Task(len(self.tasks), rank, stream, name, category, duration_s, comm, join,
-                    [d for d in deps if d is not None], mem, meta)
+                    [d for d in deps if d is not None], mem, info)
         self.tasks.append(task)
         if join is not None:
             self.join_size[join] = self.join_size.get(join, 0) + 1

@@ -15,6 +15,7 @@ from simulator.costs.flops import model_flops_per_token, recompute_flops_per_tok
 from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
+from simulator.results.rows import CommRecord
 from simulator.scenario import ClusterSpec, Scenario
 from simulator.version import __version__
 from simulator.workload import CommOp, Program, ProgramBuilder, Workload, build_workload, compute_profile
@@ -64,18 +65,11 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
         comm = None
         if task.comm is not None:
             resolved = run.resolved.get(task.id)
-            comm = {
-                "op": task.comm.op,
-                "bytes": task.comm.nbytes,
-                "count": task.comm.count,
-                "ranks": len(task.comm.group),
-                "group": task.comm.group,
-                "algorithm": resolved.algorithm if resolved else None,
-                "protocol": resolved.protocol if resolved else None,
-                "alone_s": resolved.alone_s if resolved else None,
-            }
+            comm = CommRecord(task.comm.op, task.comm.nbytes, task.comm.count, len(task.comm.group), task.comm.group,
+                              resolved.algorithm if resolved else None, resolved.protocol if resolved else None,
+                              resolved.alone_s if resolved else None)
         join = None if task.join is None else repr(task.join)
-        rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.meta, mem, comm, join))
+        rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.info, mem, comm, join))
     return rows
 
 

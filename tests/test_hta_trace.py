@@ -20,6 +20,7 @@ from trace_checks import synthetic_result, trace_problems, union_us
 
 import simulator
 from simulator.results.export import HTA_LAUNCH_LEAD_US, hta_document, nccl_kernel_name, write_hta_traces
+from simulator.results.rows import CommRecord
 
 HTA_RANK = re.compile(r'"rank":\s+(\d+)')
 NCCL_KERNEL = re.compile(r"^nccl.*Kernel")
@@ -40,16 +41,16 @@ def _launches(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_nccl_kernel_names() -> None:
-    ar = {"op": "all_reduce", "algorithm": "ring", "protocol": "LL"}
+    ar = CommRecord("all_reduce", 0.0, algorithm="ring", protocol="LL")
     assert nccl_kernel_name(ar, "bf16") == "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
-    assert nccl_kernel_name({"op": "reduce_scatter", "algorithm": "ring", "protocol": "LL128"}, "fp16") == \
+    assert nccl_kernel_name(CommRecord("reduce_scatter", 0.0, algorithm="ring", protocol="LL128"), "fp16") == \
         "ncclDevKernel_ReduceScatter_Sum_f16_RING_LL128"
-    assert nccl_kernel_name({"op": "all_gather", "algorithm": "tree", "protocol": "Simple"}, "bf16") == \
+    assert nccl_kernel_name(CommRecord("all_gather", 0.0, algorithm="tree", protocol="Simple"), "bf16") == \
         "ncclDevKernel_AllGather_TREE_SIMPLE"
-    assert nccl_kernel_name({"op": "all_reduce", "algorithm": "nvls", "protocol": "Simple"}, "fp32") == \
+    assert nccl_kernel_name(CommRecord("all_reduce", 0.0, algorithm="nvls", protocol="Simple"), "fp32") == \
         "ncclDevKernel_AllReduce_Sum_f32_NVLS_SIMPLE"
-    assert nccl_kernel_name({"op": "p2p", "algorithm": "direct", "protocol": "Simple"}, "bf16") == "ncclDevKernel_SendRecv"
-    assert nccl_kernel_name({"op": "all_to_all"}, "bf16") == "ncclDevKernel_SendRecv"
+    assert nccl_kernel_name(CommRecord("p2p", 0.0, algorithm="direct", protocol="Simple"), "bf16") == "ncclDevKernel_SendRecv"
+    assert nccl_kernel_name(CommRecord("all_to_all", 0.0), "bf16") == "ncclDevKernel_SendRecv"
 
 
 def test_synthetic_rank_file_hand_checked() -> None:

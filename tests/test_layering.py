@@ -53,11 +53,11 @@ def test_costs_are_pure():
                 path, internal)
 
 
-def test_results_depend_on_nothing_but_units():
+def test_results_depend_on_nothing_but_units_and_the_program_types():
     for stage, path, imports in _modules():
         if stage == "results":
             internal = {i for i in imports if i.startswith("simulator") and not i.startswith("simulator.results")}
-            assert internal <= {"simulator.units", "simulator.errors", "simulator"}, (path, internal)
+            assert internal <= {"simulator.units", "simulator.errors", "simulator", "simulator.ir"}, (path, internal)
 
 
 def test_import_simulator_is_light():

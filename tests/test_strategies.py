@@ -189,8 +189,8 @@ def test_tp_comm_overlap_pairs_each_collective_with_its_gemm():
 
     def layer_parts(overlap):
         r = _sim(**common, parallelism={"tp": 8, "sequence_parallel": True, "tp_comm_overlap": overlap})
-        fwd = next(row for row in r.rows if row.meta and row.meta.get("parts") and row.name.startswith("fwd."))
-        parts = {p[0]: p for p in fwd.meta["parts"]}
+        fwd = next(row for row in r.rows if row.info and row.info.fused and row.name.startswith("fwd."))
+        parts = {p.name: p for p in fwd.info.fused.parts}
         return parts, parts["block2.ln1"][2] - parts["block1.ln1"][2]
 
     parts, layer_s = layer_parts(True)

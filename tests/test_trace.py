@@ -270,7 +270,7 @@ def test_link_counters_integrate_to_the_bytes_carried(pipeline: Any) -> None:
 
 def test_pipeline_flows_pair_every_p2p_transfer(pipeline: Any) -> None:
     doc = trace_document(pipeline)
-    sends = [r for r in pipeline.rows if r.comm and r.comm["op"] == "p2p" and r.comm["group"][0] == r.rank]
+    sends = [r for r in pipeline.rows if r.comm and r.comm.op == "p2p" and r.info and r.info.role == "send"]
     assert len(sends) == 2 * pipeline.micro_batches  # activations forward, gradients back, per micro-batch
     starts, ends = _by(doc, "s"), _by(doc, "f")
     assert len(starts) == len(ends) == len(sends)

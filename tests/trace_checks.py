@@ -111,26 +111,26 @@ def synthetic_result() -> Any:
     """
     import numpy as np
 
+    from simulator.ir import TaskInfo
     from simulator.results import LinkStat, Row, RunFacts, compute_result
+    from simulator.results.rows import CommRecord
     from simulator.units import GiB
 
-    p2p = {"op": "p2p", "bytes": 1e6, "count": 1, "ranks": 2, "group": (0, 1), "algorithm": "direct",
-           "protocol": "Simple", "alone_s": 0.25 * MS}
+    p2p = CommRecord("p2p", 1e6, 1, 2, (0, 1), "direct", "Simple", 0.25 * MS)
 
-    def allreduce(protocol: str) -> dict[str, Any]:
-        return {"op": "all_reduce", "bytes": 4e6, "count": 1, "ranks": 2, "group": (0, 2), "algorithm": "ring",
-                "protocol": protocol, "alone_s": 1 * MS}
+    def allreduce(protocol: str) -> CommRecord:
+        return CommRecord("all_reduce", 4e6, 1, 2, (0, 2), "ring", protocol, 1 * MS)
 
     rows = [
-        Row(0, "compute", "f0", "compute", 0.0, 1 * MS, {"mb": 0, "layer": 0, "phase": "fwd", "flops": 2e11},
+        Row(0, "compute", "f0", "compute", 0.0, 1 * MS, TaskInfo(mb=0, layer=0, phase="fwd", flops=2e11),
             ((1 * MS, 0.5 * GiB, "activations"),)),
-        Row(0, "pp.send.act", "send.act", "pp", 1 * MS, 1.5 * MS, {"mb": 0}, (), p2p, "J1"),
-        Row(0, "compute", "b0", "compute", 1.5 * MS, 3 * MS, {"mb": 0, "layer": 0, "phase": "bwd", "flops": 4.5e11},
+        Row(0, "pp.send.act", "send.act", "pp", 1 * MS, 1.5 * MS, TaskInfo(mb=0, role="send"), (), p2p, "J1"),
+        Row(0, "compute", "b0", "compute", 1.5 * MS, 3 * MS, TaskInfo(mb=0, layer=0, phase="bwd", flops=4.5e11),
             ((3 * MS, -0.5 * GiB, "activations"),)),
-        Row(0, "dp", "ar1", "dp", 2 * MS, 4 * MS, {"buckets": 1}, (), allreduce("LL"), "D1"),
-        Row(0, "dp", "ar2", "dp", 3 * MS, 5 * MS, {"buckets": 1}, (), allreduce("LL128"), "D2"),
-        Row(1, "pp.recv.act", "recv.act", "pp", 1 * MS, 1.5 * MS, {"mb": 0}, (), p2p, "J1"),
-        Row(1, "compute", "f1", "compute", 1.5 * MS, 2.5 * MS, {"mb": 0, "layer": 1, "phase": "fwd", "flops": 1e11},
+        Row(0, "dp", "ar1", "dp", 2 * MS, 4 * MS, TaskInfo(group="dp"), (), allreduce("LL"), "D1"),
+        Row(0, "dp", "ar2", "dp", 3 * MS, 5 * MS, TaskInfo(group="dp"), (), allreduce("LL128"), "D2"),
+        Row(1, "pp.recv.act", "recv.act", "pp", 1 * MS, 1.5 * MS, TaskInfo(mb=0, role="recv"), (), p2p, "J1"),
+        Row(1, "compute", "f1", "compute", 1.5 * MS, 2.5 * MS, TaskInfo(mb=0, layer=1, phase="fwd", flops=1e11),
             ((2 * MS, 1.5 * GiB, "activations"),)),
     ]
     facts = RunFacts(

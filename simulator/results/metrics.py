@@ -71,7 +71,7 @@ def rank_breakdown(rows: list[Row], rank: int, stage: int, step_s: float, pipeli
     """Split one rank's step into compute, exposed communication by kind, bubble and idle.
 
     A fused compute task (a run of layers with their private TP/CP collectives) carries its
-    inner split in ``meta``: ``exposed_s`` (by kind) of collectives on its critical path and
+    inner split in ``info.fused``: ``exposed_s`` (by kind) of collectives on its critical path and
     ``comm_s`` (by kind) of collectives in flight; the rest of its duration is compute
     (including any slowdown from collectives running beside it).
     """
@@ -82,15 +82,15 @@ def rank_breakdown(rows: list[Row], rank: int, stage: int, step_s: float, pipeli
     inner_total: dict[str, float] = defaultdict(float)
     for r in rows:
         if r.category == "compute":
-            meta = r.meta or {}
+            fused = r.info.fused if r.info is not None else None
             scale = stretch(r)
-            inner = {k: v * scale for k, v in (meta.get("exposed_s") or {}).items()}
+            inner = {k: v * scale for k, v in (fused.exposed_s if fused else {}).items()}
             # the stream is busy for the task's duration (stretched while collectives run beside
             # it); what is not its own collectives on the critical path is compute
             compute_s += r.duration_s - sum(inner.values())
             for kind, value in inner.items():
                 inner_exposed[kind] += value
-            for kind, value in (meta.get("comm_s") or {}).items():
+            for kind, value in (fused.comm_s if fused else {}).items():
                 inner_total[kind] += value * scale
     by_kind: dict[str, list[Interval]] = defaultdict(list)
     for r in rows:
@@ -135,13 +135,13 @@ def wire_bytes_per_rank(rows: list[Row]) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for r in rows:
         if r.comm is not None:
-            if r.comm["op"] == "p2p" and r.name.startswith("recv"):
+            if r.comm.op == "p2p" and r.info is not None and r.info.role == "recv":
                 continue
-            out[r.category] += sent_bytes(r.comm["op"], r.comm["bytes"], r.comm["ranks"]) * r.comm.get("count", 1)
-        elif r.category == "compute" and r.meta and r.meta.get("parts"):
-            for _name, kind, _t, _d, op, nbytes, ranks in r.meta["parts"]:
-                if op:
-                    out[kind] += sent_bytes(op, nbytes, ranks)
+            out[r.category] += sent_bytes(r.comm.op, r.comm.nbytes, r.comm.ranks) * r.comm.count
+        elif r.category == "compute" and r.info is not None and r.info.fused is not None:
+            for part in r.info.fused.parts:
+                if part.op:
+                    out[part.category] += sent_bytes(part.op, part.nbytes, part.ranks)
     return dict(sorted(out.items()))
 
 
@@ -208,11 +208,11 @@ def _comm_summary(rows: list[Row]) -> list[CommSummary]:
         algorithms: dict[str, int] = defaultdict(int)
         for r in items:
             assert r.comm is not None
-            algorithms[f"{r.comm.get('algorithm')}/{r.comm.get('protocol')}"] += 1
+            algorithms[f"{r.comm.algorithm}/{r.comm.protocol}"] += 1
         out.append(CommSummary(
             kind=kind,
-            count=sum(int(r.comm.get("count", 1)) for r in items if r.comm),
-            bytes=sum(float(r.comm.get("bytes", 0.0)) * int(r.comm.get("count", 1)) for r in items if r.comm),
+            count=sum(r.comm.count for r in items if r.comm),
+            bytes=sum(float(r.comm.nbytes) * r.comm.count for r in items if r.comm),
             time_s=sum(r.duration_s for r in items),
             algorithms=dict(sorted(algorithms.items())),
         ))

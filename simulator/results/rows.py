@@ -7,10 +7,28 @@ metrics need (the results stage imports nothing else from the simulator).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["Row", "LinkStat", "RunFacts"]
+from simulator.ir import TaskInfo
+
+__all__ = ["Row", "CommRecord", "LinkStat", "RunFacts"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommRecord:
+    """The communication a row ran: ``op`` over ``ranks`` ranks (``group``: their global ranks),
+    ``nbytes`` per collective (nccl-tests convention), ``count`` back to back, the algorithm and
+    protocol the tuner chose, and ``alone_s``, its time alone on the network (None if unknown)."""
+
+    op: str
+    nbytes: float
+    count: int = 1
+    ranks: int = 1
+    group: tuple[int, ...] | None = None
+    algorithm: str | None = None
+    protocol: str | None = None
+    alone_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +39,9 @@ class Row:
     category: str  # compute | tp | cp | pp | dp | shard | offload
     start_s: float
     end_s: float
-    meta: dict[str, Any] | None = None
+    info: TaskInfo | None = None
     mem: tuple[tuple[float, float, str], ...] = ()  # (time_s, delta_bytes, category)
-    comm: dict[str, Any] | None = None  # op, bytes, group size, algorithm, protocol
+    comm: CommRecord | None = None
     join: str | None = None  # tasks of one collective / p2p transfer share it (send -> recv arrows)
 
     @property
@@ -81,38 +99,38 @@ class RunFacts:
 def stretch(row: Row) -> float:
     """How much longer a fused task ran than its inner timeline (compute slowed by collectives
     running beside it on the GPU); 1 for other tasks."""
-    nominal = (row.meta or {}).get("nominal_s")
-    return row.duration_s / nominal if nominal else 1.0
+    fused = row.info.fused if row.info is not None else None
+    return row.duration_s / fused.nominal_s if fused is not None and fused.nominal_s else 1.0
 
 
 def expand_fused(rows: list[Row]) -> list[Row]:
     """Rows with every fused run of layers replaced by its inner slices.
 
     The engine runs a chain of layers whose collectives are private to their group as one
-    task; its ``meta["parts"]`` keeps the inner timeline: (name, category, offset_s,
-    duration_s, op, nbytes, ranks). Kernels become compute rows on the task's stream,
-    collectives rows on a stream named after their group (``tp``, ``cp``); offsets and durations
-    are stretched with the task (:func:`stretch`). The task's memory changes (absolute times)
-    ride on its first slice, so memory timelines are unchanged.
+    task; its ``info.fused.parts`` keep the inner timeline (:class:`~simulator.ir.FusedPart`).
+    Kernels become compute rows on the task's stream, collectives rows on a stream named after
+    their group (``tp``, ``cp``); offsets and durations are stretched with the task
+    (:func:`stretch`). The task's memory changes (absolute times) ride on its first slice, so
+    memory timelines are unchanged.
     """
     out: list[Row] = []
     for row in rows:
-        parts = (row.meta or {}).get("parts") if row.category == "compute" else None
-        if not parts:
+        fused = row.info.fused if row.info is not None and row.category == "compute" else None
+        if fused is None or not fused.parts:
             out.append(row)
             continue
-        base = {k: v for k, v in (row.meta or {}).items()
-                if k not in ("parts", "compute_s", "comm_s", "exposed_s", "flops", "units", "nominal_s")}
-        base["fused"] = row.name
+        assert row.info is not None
+        base = replace(row.info, flops=None, fused=None, fused_from=row.name)
         mem = row.mem
         scale = stretch(row)
-        for name, category, offset, duration, op, nbytes, ranks in parts:
-            start = row.start_s + offset * scale
-            duration *= scale
-            if op:
-                comm = {"op": op, "bytes": nbytes, "count": 1, "ranks": ranks, "algorithm": None, "protocol": None}
-                out.append(Row(row.rank, category, name, category, start, start + duration, dict(base), mem, comm))
+        for part in fused.parts:
+            start = row.start_s + part.offset_s * scale
+            duration = part.duration_s * scale
+            if part.op:
+                comm = CommRecord(part.op, part.nbytes, 1, part.ranks)
+                out.append(Row(row.rank, part.category, part.name, part.category, start, start + duration, base, mem,
+                               comm))
             else:
-                out.append(Row(row.rank, row.stream, name, "compute", start, start + duration, dict(base), mem))
+                out.append(Row(row.rank, row.stream, part.name, "compute", start, start + duration, base, mem))
             mem = ()
     return out

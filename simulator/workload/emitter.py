@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from simulator.cluster.mesh import Mesh
-from simulator.ir import CommOp, MemDelta, OpName, ProgramBuilder
+from simulator.ir import CommOp, MemDelta, OpName, ProgramBuilder, TaskInfo
 from simulator.workload.symmetry import Symmetry
 
 __all__ = ["Collective", "Emitter", "RankEmitter", "GROUP_STREAM"]
@@ -88,15 +88,15 @@ class RankEmitter(Generic[S]):
 
     def task(self, stream: str, name: str, category: str, *, duration_s: float = 0.0, comm: CommOp | None = None,
              join: Hashable | None = None, deps: list[int] | tuple[int, ...] = (), mem: tuple[MemDelta, ...] = (),
-             meta: dict[str, Any] | None = None) -> int:
+             info: TaskInfo | None = None) -> int:
         """Append one task of this rank (the low-level form the others use)."""
         return self.emitter.program.add(self.rank, stream, name, category, duration_s=duration_s, comm=comm,
-                                        join=join, deps=deps, mem=mem, meta=meta)
+                                        join=join, deps=deps, mem=mem, info=info)
 
     def compute(self, name: str, duration_s: float, deps: list[int], *, mem: tuple[MemDelta, ...] = (),
-                meta: dict[str, Any] | None = None) -> int:
+                info: TaskInfo | None = None, join: Hashable | None = None) -> int:
         """A kernel (or fused run of kernels) on the compute stream; becomes the last compute."""
-        task = self.task("compute", name, "compute", duration_s=duration_s, deps=deps, mem=mem, meta=meta)
+        task = self.task("compute", name, "compute", duration_s=duration_s, deps=deps, mem=mem, info=info, join=join)
         self.last_compute = task
         return task
 
@@ -105,13 +105,13 @@ class RankEmitter(Generic[S]):
         comm = self.emitter.comm_op(self.rank, c.op, c.group, c.nbytes, count=c.count, algorithm=c.algorithm)
         join = (c.group, comm.group, c.name, c.key)
         return self.task(c.stream, c.name, c.category or c.stream, comm=comm, join=join, deps=deps, mem=c.mem,
-                         meta={"bytes": c.nbytes * c.count, "axis": c.group})
+                         info=TaskInfo(group=c.group))
 
     def host_copy(self, name: str, op: OpName, nbytes: float, deps: list[int]) -> int:
         """A copy between this GPU and its host (d2h / h2d) on the offload stream."""
         instances = tuple((x,) for x in self.siblings())
         comm = CommOp(op, (self.rank,), nbytes, "offload", instances, "direct")
-        return self.task("offload", name, "offload", comm=comm, deps=deps, meta={"bytes": nbytes})
+        return self.task("offload", name, "offload", comm=comm, deps=deps)
 
     def marker(self, name: str, deps: list[int], mem: tuple[MemDelta, ...]) -> int:
         """A zero-time task that applies memory changes when its dependencies are done."""
@@ -121,4 +121,4 @@ class RankEmitter(Generic[S]):
                   mem: tuple[MemDelta, ...] = ()) -> int:
         """The optimizer step over ``n_params`` local parameters (memory bound)."""
         duration = self.emitter.optimizer_time_s(n_params)
-        return self.compute(name, duration, deps, mem=mem, meta={"phase": "optimizer", "params": n_params})
+        return self.compute(name, duration, deps, mem=mem, info=TaskInfo(phase="optimizer", params=n_params))

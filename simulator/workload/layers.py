@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.costs.compute import ComputeProfile
-from simulator.ir import MemDelta
+from simulator.ir import FusedLayers, MemDelta, TaskInfo
 from simulator.scenario.spec import Scenario
 from simulator.workload.activations import ActivationSizes, shard_of
 from simulator.workload.emitter import RankEmitter
@@ -102,7 +102,7 @@ class LayerEmitter:
                 comm = emit.emitter.comm_op(emit.rank, step.op, group, step.nbytes)  # type: ignore[arg-type]
                 join = (group, comm.group, mb, chunk.index, layer, phase, step.name)
                 tid = emit.task(group, step.name, group, comm=comm, join=join, deps=list(deps),
-                                meta={"mb": mb, "layer": layer, "phase": phase})
+                                info=TaskInfo(phase=phase, mb=mb, layer=layer))
                 if step.overlap:
                     pending_overlap = tid
                 else:
@@ -115,8 +115,8 @@ class LayerEmitter:
             if seen == n_compute and job.mem_end:
                 mem.append(MemDelta(True, job.mem_end, "activations"))
             tid = emit.compute(f"{label}.{step.name}", step_timed.duration_s, list(deps), mem=tuple(mem),
-                               meta={"mb": mb, "layer": layer, "phase": phase, "flops": step_timed.flops,
-                                     "chunk": chunk.index})
+                               info=TaskInfo(phase=phase, mb=mb, layer=layer, chunk=chunk.index,
+                                             flops=step_timed.flops))
             deps = [tid] + ([pending_overlap] if pending_overlap is not None else [])
             pending_overlap = None
             last = tid
@@ -145,10 +145,7 @@ class LayerEmitter:
         join = None
         if not self.symmetric and macro.has_comm:
             join = ("layers", self.join_group(emit.rank, "tp_cp"), mb, chunk.index, phase, units[0])
-        meta = {"mb": mb, "phase": phase, "chunk": chunk.index, "layer": first_layer, "units": (units[0], units[-1]),
-                "flops": macro.flops, "compute_s": macro.compute_s, "comm_s": macro.comm_s,
-                "exposed_s": macro.exposed_s, "parts": macro.parts, "nominal_s": macro.duration_s}
-        task = emit.task("compute", name, "compute", duration_s=macro.duration_s, deps=deps, join=join,
-                         mem=macro.mem, meta=meta)
-        emit.last_compute = task
-        return task
+        fused = FusedLayers((units[0], units[-1]), macro.compute_s, macro.comm_s, macro.exposed_s, macro.parts,
+                            macro.duration_s)
+        info = TaskInfo(phase=phase, mb=mb, layer=first_layer, chunk=chunk.index, flops=macro.flops, fused=fused)
+        return emit.compute(name, macro.duration_s, deps, mem=macro.mem, info=info, join=join)

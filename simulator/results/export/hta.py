@@ -24,7 +24,7 @@ from simulator.results.export.args import row_args
 from simulator.results.export.files import dump_json
 from simulator.results.export.threads import stream_threads
 from simulator.results.ranks import rank_label, select_ranks
-from simulator.results.rows import Row, RunFacts, expand_fused
+from simulator.results.rows import CommRecord, Row, RunFacts, expand_fused
 from simulator.units import MICROSECOND
 
 __all__ = ["hta_document", "write_hta_traces", "nccl_kernel_name", "HTA_CPU_PID_OFFSET", "HTA_CPU_TID",
@@ -46,7 +46,7 @@ _NCCL_TYPE = {"bf16": "bf16", "fp16": "f16", "fp32": "f32", "tf32": "f32", "fp8"
 _NCCL_DTYPE_NAME = {"bf16": "BFloat16", "f16": "Half", "f32": "Float"}
 
 
-def nccl_kernel_name(comm: dict[str, Any], precision: str) -> str:
+def nccl_kernel_name(comm: CommRecord, precision: str) -> str:
     """NCCL's kernel name for a communication row: ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``.
 
     Reductions carry ``_Sum_<type>`` (gradients reduce in the training precision; fp8
@@ -54,14 +54,14 @@ def nccl_kernel_name(comm: dict[str, Any], precision: str) -> str:
     (NCCL implements all-to-all as grouped send/receive). ``hierarchical`` is named RING,
     the algorithm NCCL runs in each of its phases.
     """
-    op = comm.get("op") or ""
+    op = comm.op or ""
     if op in ("p2p", "all_to_all") or op not in _NCCL_COLL:
         return "ncclDevKernel_SendRecv"
     name = f"ncclDevKernel_{_NCCL_COLL[op]}"
     if op in _NCCL_REDUCING:
         name += f"_Sum_{_NCCL_TYPE.get(precision, 'bf16')}"
-    algorithm = str(comm.get("algorithm") or "ring")
-    protocol = str(comm.get("protocol") or "Simple")
+    algorithm = str(comm.algorithm or "ring")
+    protocol = str(comm.protocol or "Simple")
     return f"{name}_{_NCCL_ALGO.get(algorithm, algorithm.upper())}_{_NCCL_PROTO.get(protocol.lower(), protocol.upper())}"
 
 
@@ -69,7 +69,7 @@ def _kernel_name(row: Row, precision: str) -> tuple[str, str]:
     """(cat, name) of a row's GPU activity in Kineto's vocabulary."""
     if row.comm is not None and row.category != "compute":
         if row.category == "offload":
-            loading = any(w in row.name.lower() for w in ("load", "fetch", "h2d", "htod"))
+            loading = row.comm.op == "h2d"
             return "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)" if loading else "Memcpy DtoH (Device -> Pinned)"
         return "kernel", nccl_kernel_name(row.comm, precision)
     return "kernel", row.name
@@ -122,7 +122,7 @@ def hta_document(result: Any, rank: int, *, step: int = 0) -> dict[str, Any]:
         args = {"device": device, "stream": stream, "correlation": correlation, "External id": correlation,
                 **row_args(row)}
         if row.comm is not None and cat == "kernel":
-            args |= {"Collective name": str(row.comm.get("op") or ""), "Group size": row.comm.get("ranks"),
+            args |= {"Collective name": str(row.comm.op or ""), "Group size": row.comm.ranks,
                      "dtype": _NCCL_DTYPE_NAME[_NCCL_TYPE.get(facts.precision, "bf16")]}
         events.append({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": start,
                        "dur": end - start, "args": args})

@@ -29,6 +29,7 @@ from typing import Generic, TypeVar
 from simulator.cluster.mesh import Mesh
 from simulator.costs.dtypes import bytes_per_element, weight_bytes
 from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
+from simulator.ir import TaskInfo
 from simulator.scenario.spec import Scenario
 from simulator.workload.emitter import Collective, RankEmitter
 from simulator.workload.layout import ModelLayout
@@ -137,6 +138,6 @@ class Strategy(Generic[S]):
         ranks_per_node = self.scenario.cluster.gpus_in_node
         cpu_s = shard_params * CPU_ADAM_BYTES_PER_PARAM / (host_bw * CPU_ADAM_BANDWIDTH_EFFICIENCY / ranks_per_node)
         step = emit.task("offload", "cpu_adam", "offload", duration_s=cpu_s, deps=[down],
-                         meta={"params": shard_params, "phase": "optimizer"})
+                         info=TaskInfo(phase="optimizer", params=shard_params))
         up = emit.host_copy("h2d.params", "h2d", shard_params * param_bytes(self.scenario), [step])
         return [up]

@@ -12,9 +12,9 @@ when both are ready.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Literal
 
-from simulator.ir import CommOp
+from simulator.ir import CommOp, TaskInfo
 from simulator.scenario.spec import Scenario
 from simulator.workload.data_parallel import Strategy
 from simulator.workload.emitter import RankEmitter
@@ -118,6 +118,6 @@ class PipelineEmitter:
         comm = CommOp("p2p", (src, dst), self.p2p_bytes, "pp", pairs, "direct")
         position = emit.mesh.moved(src, pp=0)  # the pipeline src and dst belong to
         join: Hashable = ("pp", what, mb, src_chunk, dst_chunk, position)
-        kind = "send" if sending else "recv"
-        return emit.task(f"pp.{kind}.{what}", f"{kind}.{what}", "pp", comm=comm, join=join, deps=deps or [],
-                         meta={"mb": mb, "src": src, "dst": dst, "src_chunk": src_chunk, "dst_chunk": dst_chunk})
+        kind: Literal["send", "recv"] = "send" if sending else "recv"
+        info = TaskInfo(mb=mb, src=src, dst=dst, src_chunk=src_chunk, dst_chunk=dst_chunk, role=kind)
+        return emit.task(f"pp.{kind}.{what}", f"{kind}.{what}", "pp", comm=comm, join=join, deps=deps or [], info=info)
