@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -36,12 +38,14 @@ print((ROOT / "scenarios" / "quickstart.yaml").read_text())
 # ## Load and simulate
 #
 # `load_scenario` validates the YAML (errors name the file, line and field) and resolves the
-# model preset and the node type. `simulate` runs one iteration as discrete events and
-# returns a `simulator.Result`.
+# model preset and the node type. `run_simulation` runs one iteration as discrete events and
+# returns a `simulator.Simulation`: its `result` (a `simulator.Result`, what `simulate` returns)
+# and the rows the figures are drawn from.
 
 # %%
 scenario = simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml")
-result = simulator.simulate(scenario)
+sim = simulator.run_simulation(scenario)
+result = sim.result
 
 GiB = 2**30
 print(f"world size      {result.world_size} GPUs (tp {result.tp}, pp {result.pp}, dp {result.dp})")
@@ -74,7 +78,7 @@ print(f"\nDDP's gradient all-reduce is in flight for {b.comm_s['dp'] * 1e3:.1f} 
 breakdown_figure(result)
 
 # %%
-memory_figure(result)
+memory_figure(sim)
 
 # %% [markdown]
 # ## Change one field and compare

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -35,7 +37,8 @@ from simulator.viz.timeline import timeline_figure
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent
 SCENARIO = ROOT / "scenarios" / "gpt3-175b-3d-dgx-a100.yaml"
 scenario = simulator.load_scenario(SCENARIO)
-result = simulator.simulate(scenario, record_series=True)  # record link loads over time for the heatmap
+sim = simulator.run_simulation(scenario, record_series=True)  # record link loads over time for the heatmap
+result = sim.result
 print(f"{result.name}: step {result.step_time_s:.2f} s, {result.tflops_per_gpu:.0f} TFLOP/s per GPU, "
       f"MFU {result.mfu:.1%}, {result.micro_batches} micro-batches per pipeline")
 
@@ -69,7 +72,7 @@ print(f"\nThe tensor-parallel all-reduces on NVSwitch are the largest communicat
 # staircase at both ends; `dtsim run ... --trace out.json.gz` writes the same for Perfetto.
 
 # %%
-timeline_figure(result, max_ranks=4)
+timeline_figure(sim, max_ranks=4)
 
 # %% [markdown]
 # ## Memory over the step
@@ -78,7 +81,7 @@ timeline_figure(result, max_ranks=4)
 # memory peaks highest; full recomputation keeps only each layer's input.
 
 # %%
-memory_figure(result)
+memory_figure(sim)
 
 # %%
 for m in result.memory:
@@ -92,10 +95,10 @@ for m in result.memory:
 # parameter all-gather at the end of the step.
 
 # %%
-top_links_figure(result)
+top_links_figure(sim)
 
 # %%
-link_heatmap_figure(result, max_links=16)
+link_heatmap_figure(sim, max_links=16)
 
 # %% [markdown]
 # ## Micro-batches against the bubble

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from simulator.errors import InfeasibleError, ScenarioError
 from simulator.results.result import Result
-from simulator.run import simulate, simulate_collective
+from simulator.run import Simulation, run_simulation, simulate, simulate_collective
 from simulator.scenario import Scenario, load_scenario
 from simulator.version import __version__
 
@@ -20,6 +20,8 @@ __all__ = [
     "Result",
     "load_scenario",
     "simulate",
+    "run_simulation",
+    "Simulation",
     "simulate_collective",
     "ScenarioError",
     "InfeasibleError",

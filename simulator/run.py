@@ -16,11 +16,12 @@ from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
 from simulator.results.rows import CommRecord
+from simulator.results.simulation import Simulation
 from simulator.scenario import ClusterSpec, Scenario
 from simulator.version import __version__
 from simulator.workload import CommOp, Program, ProgramBuilder, Workload, build_workload, compute_profile
 
-__all__ = ["simulate", "simulate_collective", "collective_choice", "FLOPS_CONVENTION"]
+__all__ = ["simulate", "run_simulation", "Simulation", "simulate_collective", "collective_choice", "FLOPS_CONVENTION"]
 
 FLOPS_CONVENTION = (
     "model FLOPs = (6*N + 12*L*h*s) per token (PaLM appendix B; N = parameters in matmuls, no causal discount); "
@@ -29,7 +30,13 @@ FLOPS_CONVENTION = (
 
 
 def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
-    """Simulate one training iteration of ``scenario``."""
+    """Simulate one training iteration of ``scenario``: its :class:`~simulator.results.Result`."""
+    return run_simulation(scenario, record_series=record_series).result
+
+
+def run_simulation(scenario: Scenario, *, record_series: bool = False) -> Simulation:
+    """Simulate one iteration and keep what traces and figures need: the Result, the engine's
+    rows, the run's facts and, with ``record_series``, the link loads over time."""
     cluster = build_cluster(scenario.cluster)
     profile = compute_profile(cluster.gpu, scenario.cluster.calibration)
     symmetric = scenario.sim.symmetry == "auto"
@@ -52,9 +59,9 @@ def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
     run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series,
                       overlap_slowdown=workload.overlap_slowdown)
     facts = _facts(scenario, workload, program, run, profile.name, profile.calibrated, cluster.gpu)
-    result = compute_result(_rows(program, run), facts, _link_stats(classes, run))
-    result._series = _link_series(classes, run) if record_series else None
-    return result
+    rows = _rows(program, run)
+    result = compute_result(rows, facts, _link_stats(classes, run))
+    return Simulation(result, rows, facts, _link_series(classes, run) if record_series else None)
 
 
 def _rows(program: Program, run: EngineRun) -> list[Row]:

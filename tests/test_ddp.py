@@ -25,11 +25,11 @@ def _dp_rows(result):
 
 
 def test_gradient_accumulation_communicates_once():
-    one = simulator.simulate(simulator.Scenario.model_validate(small_scenario(
+    one = simulator.run_simulation(simulator.Scenario.model_validate(small_scenario(
         training={"micro_batch": 8, "global_batch": 128})))
-    four = simulator.simulate(simulator.Scenario.model_validate(small_scenario(
+    four = simulator.run_simulation(simulator.Scenario.model_validate(small_scenario(
         training={"micro_batch": 2, "global_batch": 128})))
-    assert four.micro_batches == 4 and one.micro_batches == 1
+    assert four.result.micro_batches == 4 and one.result.micro_batches == 1
     assert sum(r.comm.nbytes * r.comm.count for r in _dp_rows(one)) == pytest.approx(
         sum(r.comm.nbytes * r.comm.count for r in _dp_rows(four)))
     last_backward_start = min(r.start_s for r in four.rows
@@ -41,20 +41,20 @@ def test_all_gradients_are_all_reduced_once_per_step():
     """The DP collectives of one step carry exactly the gradients: Psi x 2 bytes (bf16), where
     Psi = 125,226,240 for GPT-3 125M (12 x 7,087,872 per layer + 50257 x 768 tied embedding +
     2048 x 768 positions + final norm 1,536)."""
-    r = simulator.simulate(simulator.Scenario.model_validate(small_scenario()))
+    r = simulator.run_simulation(simulator.Scenario.model_validate(small_scenario()))
     total = sum(row.comm.nbytes * row.comm.count for row in _dp_rows(r))
-    assert r.params == 12 * 7_087_872 + 50257 * 768 + 2048 * 768 + 1536
-    assert total == pytest.approx(r.params * 2, rel=1e-6)
+    assert r.result.params == 12 * 7_087_872 + 50257 * 768 + 2048 * 768 + 1536
+    assert total == pytest.approx(r.result.params * 2, rel=1e-6)
     assert all(row.comm.op == "all_reduce" and row.comm.ranks == 16 for row in _dp_rows(r))
 
 
 def test_buckets_overlap_with_backward():
-    r = simulator.simulate(simulator.Scenario.model_validate(small_scenario(model="gpt3-1.3b",
+    r = simulator.run_simulation(simulator.Scenario.model_validate(small_scenario(model="gpt3-1.3b",
                            training={"micro_batch": 2, "global_batch": 32})))
     backward_end = max(row.end_s for row in r.rows if row.category == "compute" and row.info.phase == "bwd")
     first_dp = min(row.start_s for row in _dp_rows(r))
     assert first_dp < backward_end  # the first buckets go out while backward still runs
-    assert r.breakdown.comm_s["dp"] > r.breakdown.exposed_comm_s["dp"]
+    assert r.result.breakdown.comm_s["dp"] > r.result.breakdown.exposed_comm_s["dp"]
 
 
 def test_ddp_memory_counts_bucket_copies():

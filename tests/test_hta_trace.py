@@ -29,7 +29,7 @@ NCCL_KERNEL = re.compile(r"^nccl.*Kernel")
 @pytest.fixture(scope="module")
 def pipeline() -> Any:
     sc = simulator.load_scenario("scenarios/quickstart.yaml", overrides=["parallelism.tp=2", "parallelism.pp=2"])
-    return simulator.simulate(sc)
+    return simulator.run_simulation(sc)
 
 
 def _kernels(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -106,7 +106,7 @@ def test_hta_temporal_breakdown_matches_the_result(pipeline: Any) -> None:
     """HTA's temporal breakdown: compute = union of computation kernels; idle = gaps between
     the first kernel's start and the last kernel's end; non-compute = the rest. That is our
     compute, exposed communication, and bubble/idle between first and last task."""
-    for b in pipeline.stage_breakdown:
+    for b in pipeline.result.stage_breakdown:
         doc = hta_document(pipeline, b.rank)
         kernels = _kernels(doc)
         spans = [(k["ts"], k["ts"] + k["dur"]) for k in kernels]
@@ -118,7 +118,7 @@ def test_hta_temporal_breakdown_matches_the_result(pipeline: Any) -> None:
         assert (busy - compute) * 1e-6 == pytest.approx(b.exposed_comm_total_s, abs=tolerance_us * 1e-6)
         rows = [r for r in pipeline.rows if r.rank == b.rank]
         first, last = min(r.start_s for r in rows), max(r.end_s for r in rows)
-        gaps_s = b.bubble_s + b.idle_s - first - (pipeline.step_time_s - last)  # waiting between first and last task
+        gaps_s = b.bubble_s + b.idle_s - first - (pipeline.result.step_time_s - last)  # waiting between first and last task
         assert (span - busy) * 1e-6 == pytest.approx(gaps_s, abs=tolerance_us * 1e-6)
 
 
@@ -128,6 +128,6 @@ def test_hta_library_reads_the_files(tmp_path: Any, pipeline: Any) -> None:
     trace_analysis = pytest.importorskip("hta.trace_analysis")
     write_hta_traces(pipeline, tmp_path)
     df = trace_analysis.TraceAnalysis(trace_dir=str(tmp_path)).get_temporal_breakdown(visualize=False)
-    for b in pipeline.stage_breakdown:
+    for b in pipeline.result.stage_breakdown:
         row = df[df["rank"] == b.rank].iloc[0]
         assert row["compute_time(us)"] * 1e-6 == pytest.approx(b.compute_s, rel=1e-3)

@@ -96,17 +96,17 @@ def _probed_copy(report: Path, out: Path) -> Path:
 def test_report_renders_in_chromium(tmp_path: Path) -> None:
     chromium = _chromium()
     sc = simulator.load_scenario("scenarios/quickstart.yaml", overrides=["parallelism.tp=2", "parallelism.pp=2"])
-    result = simulator.simulate(sc, record_series=True)
+    result = simulator.run_simulation(sc, record_series=True)
     report = write_report(result, sc, tmp_path / "report.html")
     probe, stderr = _render(chromium, _probed_copy(report, tmp_path / "probed.html"), tmp_path / "profile")
     assert probe["errors"] == []
     assert probe["plotly"] is not None
     assert probe["plots"] == 5  # breakdown, timeline, memory, link heatmap, busiest links
     assert probe["main_svg"] >= 2 * probe["plots"]  # plotly draws two stacked main-svg per plot
-    bars_expected = len(result.rows) + len(result.links[:10])  # timeline tasks + busiest links ...
+    bars_expected = len(result.rows) + len(result.result.links[:10])  # timeline tasks + busiest links ...
     assert probe["bars"] >= bars_expected  # ... + the breakdown's stacked parts
     assert probe["heatmap_images"] == 1
-    assert probe["scatter_traces"] >= len(result.memory)  # memory stacks, one panel per rank
+    assert probe["scatter_traces"] >= len(result.result.memory)  # memory stacks, one panel per rank
     console = [line for line in stderr.splitlines() if ":CONSOLE" in line]
     assert not [line for line in console if "Uncaught" in line or "console.error" in line], console
 

@@ -188,8 +188,9 @@ def test_tp_comm_overlap_pairs_each_collective_with_its_gemm():
                   training={"micro_batch": 1, "global_batch": 1}, sim={"overlap_slowdown": 0})
 
     def layer_parts(overlap):
-        r = _sim(**common, parallelism={"tp": 8, "sequence_parallel": True, "tp_comm_overlap": overlap})
-        fwd = next(row for row in r.rows if row.info and row.info.fused and row.name.startswith("fwd."))
+        sc = simulator.Scenario.model_validate(
+            small_scenario(**common, parallelism={"tp": 8, "sequence_parallel": True, "tp_comm_overlap": overlap}))
+        fwd = next(row for row in simulator.run_simulation(sc).rows if row.info and row.info.fused and row.name.startswith("fwd."))
         parts = {p.name: p for p in fwd.info.fused.parts}
         return parts, parts["block2.ln1"][2] - parts["block1.ln1"][2]
 

@@ -33,7 +33,7 @@ OOM = ["training.micro_batch=16", "training.global_batch=512"]  # GPT-3 XL, 16 x
 
 
 def _simulate(overrides: list[str]) -> Any:
-    return simulator.simulate(simulator.load_scenario(QUICKSTART, overrides=overrides), record_series=True)
+    return simulator.run_simulation(simulator.load_scenario(QUICKSTART, overrides=overrides), record_series=True)
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +69,8 @@ def _thread_names(doc: dict[str, Any], pid: int) -> dict[int, str]:
 
 def test_synthetic_breakdown_is_what_the_rows_say(synthetic: Any) -> None:
     # rank 0: compute [0,1]+[1.5,3] = 2.5 ms; pp [1,1.5] exposed 0.5 ms; dp [2,5] minus compute = [3,5] = 2 ms
-    b = synthetic.breakdown
-    assert b.rank == 0 and synthetic.step_time_s == pytest.approx(5 * MS)
+    b = synthetic.result.breakdown
+    assert b.rank == 0 and synthetic.result.step_time_s == pytest.approx(5 * MS)
     assert b.compute_s == pytest.approx(2.5 * MS)
     assert b.exposed_comm_s == pytest.approx({"pp": 0.5 * MS, "dp": 2 * MS})
 
@@ -209,7 +209,7 @@ def test_trace_validator_catches_problems() -> None:
 def test_slices_add_up_to_the_breakdown(name: str, request: pytest.FixtureRequest) -> None:
     result = request.getfixturevalue(name)
     doc = trace_document(result)
-    for b in result.stage_breakdown:
+    for b in result.result.stage_breakdown:
         compute = slices_of(doc, b.rank, "compute")
         # compute slices never overlap (one stream), so their sum is the compute time; ns rounding per slice
         assert sum(e["dur"] for e in compute) * 1e-6 == pytest.approx(b.compute_s, abs=len(compute) * 1e-9)
@@ -217,12 +217,12 @@ def test_slices_add_up_to_the_breakdown(name: str, request: pytest.FixtureReques
             spans = [(e["ts"], e["ts"] + e["dur"]) for e in slices_of(doc, b.rank, kind)]
             assert union_us(spans) * 1e-6 == pytest.approx(in_flight_s, abs=len(spans) * 1e-9)
         (step,) = [e for e in slices_of(doc, b.rank) if e["name"].startswith("ProfilerStep#")]
-        assert step["dur"] * 1e-6 == pytest.approx(result.step_time_s, abs=1e-9)
+        assert step["dur"] * 1e-6 == pytest.approx(result.result.step_time_s, abs=1e-9)
 
 
 def test_memory_counter_peaks_at_the_result_peak(pipeline: Any) -> None:
     doc = trace_document(pipeline)
-    for m in pipeline.memory:
+    for m in pipeline.result.memory:
         totals = [(e["ts"], e["args"]["total"]) for e in _by(doc, "C")
                   if e["pid"] == m.rank and e["name"] == MEMORY_TOTAL_COUNTER]
         ts, peak = max(totals, key=lambda p: p[1])
@@ -231,14 +231,14 @@ def test_memory_counter_peaks_at_the_result_peak(pipeline: Any) -> None:
 
 
 def test_oom_is_marked(oom: Any) -> None:
-    assert oom.oom
+    assert oom.result.oom
     doc = trace_document(oom)
     marks = _by(doc, "i")
-    assert [e["pid"] for e in marks] == [m.rank for m in oom.memory if m.peak_bytes > m.capacity_bytes]
+    assert [e["pid"] for e in marks] == [m.rank for m in oom.result.memory if m.peak_bytes > m.capacity_bytes]
     mark = marks[0]
-    assert mark["args"]["peak_us"] == pytest.approx(oom.oom_detail.time_s * 1e6, abs=1e-3)
+    assert mark["args"]["peak_us"] == pytest.approx(oom.result.oom_detail.time_s * 1e6, abs=1e-3)
     # the mark sits where the memory total first goes over the capacity, at or before the peak
-    capacity_gib = oom.gpu_memory_bytes / GiB
+    capacity_gib = oom.result.gpu_memory_bytes / GiB
     totals = sorted((e["ts"], e["args"]["total"]) for e in _by(doc, "C")
                     if e["pid"] == mark["pid"] and e["name"] == MEMORY_TOTAL_COUNTER)
     first_over = next(ts for ts, total in totals if total > capacity_gib)
@@ -253,14 +253,14 @@ def test_link_counters_integrate_to_the_bytes_carried(pipeline: Any) -> None:
         if e["pid"] == network_pid:
             by_track[e["name"]].append((e["ts"], e["args"]["utilisation [%]"]))
     assert 0 < len(by_track) <= 8
-    series = pipeline._series
+    series = pipeline.series
     capacity = dict(zip(series["labels"], series["capacity"], strict=True))
-    carried = {u.label: u.bytes for u in pipeline.links}
+    carried = {u.label: u.bytes for u in pipeline.result.links}
     matched = 0
     for name, samples in by_track.items():
         label = name.rsplit(" (", 1)[0]
         assert all(0.0 <= v <= 100.0 + 1e-6 for _, v in samples)  # max-min fairness never oversubscribes
-        samples.append((pipeline.step_time_s * 1e6, 0.0))
+        samples.append((pipeline.result.step_time_s * 1e6, 0.0))
         nbytes = sum(v / 100 * capacity[label] * (t1 - t0) * 1e-6 for (t0, v), (t1, _) in itertools.pairwise(samples))
         if label in carried:  # Result.links keeps the 12 busiest
             assert nbytes == pytest.approx(carried[label], rel=1e-4)
@@ -271,10 +271,10 @@ def test_link_counters_integrate_to_the_bytes_carried(pipeline: Any) -> None:
 def test_pipeline_flows_pair_every_p2p_transfer(pipeline: Any) -> None:
     doc = trace_document(pipeline)
     sends = [r for r in pipeline.rows if r.comm and r.comm.op == "p2p" and r.info and r.info.role == "send"]
-    assert len(sends) == 2 * pipeline.micro_batches  # activations forward, gradients back, per micro-batch
+    assert len(sends) == 2 * pipeline.result.micro_batches  # activations forward, gradients back, per micro-batch
     starts, ends = _by(doc, "s"), _by(doc, "f")
     assert len(starts) == len(ends) == len(sends)
-    stage_pid = {m.stage: m.rank for m in pipeline.memory}
+    stage_pid = {m.stage: m.rank for m in pipeline.result.memory}
     assert {(s["pid"], e["pid"]) for s, e in zip(starts, ends, strict=True)} == {
         (stage_pid[0], stage_pid[1]), (stage_pid[1], stage_pid[0])}
 

@@ -25,7 +25,7 @@ QUICKSTART = "scenarios/quickstart.yaml"
 @pytest.fixture(scope="module")
 def pipeline() -> tuple[Any, Any]:
     sc = simulator.load_scenario(QUICKSTART, overrides=["parallelism.tp=2", "parallelism.pp=2"])
-    return sc, simulator.simulate(sc, record_series=True)
+    return sc, simulator.run_simulation(sc, record_series=True)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def synthetic() -> Any:
 
 
 def test_breakdown_parts_hand_checked(synthetic: Any) -> None:
-    labels, parts = breakdown_parts(synthetic)
+    labels, parts = breakdown_parts(synthetic.result)
     assert labels == ["rank 0<br>stage 0 ★", "rank 1<br>stage 1"]
     # rank 0: compute 2.5, exposed pp 0.5, exposed dp 2 ms; rank 1: compute 1, pp 0.5, bubble 1 (waits for
     # the activation), idle 2.5 ms (done at 2.5 of 5 ms); priority order puts dp before pp
@@ -48,9 +48,9 @@ def test_breakdown_parts_hand_checked(synthetic: Any) -> None:
 
 def test_breakdown_bars_stack_to_the_step_time(pipeline: tuple[Any, Any]) -> None:
     _, result = pipeline
-    fig = breakdown_figure(result)
+    fig = breakdown_figure(result.result)
     totals = np.sum([trace.y for trace in fig.data], axis=0)
-    assert totals == pytest.approx([result.step_time_s * 1e3] * len(result.stage_breakdown), rel=1e-9)
+    assert totals == pytest.approx([result.result.step_time_s * 1e3] * len(result.result.stage_breakdown), rel=1e-9)
     assert {t.name for t in fig.data} >= {"compute", "exposed tp", "exposed dp", "bubble"}
 
 
@@ -71,8 +71,8 @@ def test_timeline_has_a_bar_per_task_and_lanes(synthetic: Any) -> None:
 
 def test_timeline_keeps_the_critical_rank(pipeline: tuple[Any, Any]) -> None:
     _, result = pipeline
-    assert timeline_ranks(result, max_ranks=1) == [result.breakdown.rank]
-    critical = result.breakdown.rank
+    assert timeline_ranks(result, max_ranks=1) == [result.result.breakdown.rank]
+    critical = result.result.breakdown.rank
     critical_rows = sum(1 for r in result.rows if r.rank == critical)
     # a budget below one rank's tasks: only the critical rank, cut to the budget
     fig = timeline_figure(result, max_slices=100)
@@ -106,7 +106,7 @@ def test_memory_figure_marks_capacity_peak_and_oom(synthetic: Any) -> None:
 
 def test_memory_stack_reaches_the_reported_peak(pipeline: tuple[Any, Any]) -> None:
     _, result = pipeline
-    for m in result.memory:
+    for m in result.result.memory:
         _, values = memory_series(result, m.rank)
         totals = np.sum(list(values.values()), axis=0)
         assert totals.max() == pytest.approx(m.peak_bytes, rel=1e-12)
@@ -121,8 +121,8 @@ def test_link_heatmap_averages_integrate_to_bytes(pipeline: tuple[Any, Any]) -> 
     (heat,) = fig.data
     z = np.array(heat.z)
     assert z.shape == (12, 50) and z.min() >= 0 and z.max() <= 100 + 1e-6
-    capacity = dict(zip(result._series["labels"], result._series["capacity"], strict=True))
-    carried = {u.label: u.bytes for u in result.links}
+    capacity = dict(zip(result.series["labels"], result.series["capacity"], strict=True))
+    carried = {u.label: u.bytes for u in result.result.links}
     width_s = (heat.x[1] - heat.x[0]) * 1e-3
     for label, row in zip(heat.y, z, strict=True):
         name = label.rsplit(" [", 1)[0]
@@ -131,10 +131,9 @@ def test_link_heatmap_averages_integrate_to_bytes(pipeline: tuple[Any, Any]) -> 
 
 
 def test_link_figures_without_series_say_so(synthetic: Any) -> None:
-    from copy import copy
+    from dataclasses import replace
 
-    bare = copy(synthetic)
-    bare._series = None
+    bare = replace(synthetic, series=None)
     fig = link_heatmap_figure(bare)
     assert "not recorded" in fig.layout.annotations[0].text
     top = top_links_figure(synthetic)
@@ -189,13 +188,13 @@ def test_report_is_self_contained(tmp_path: Any, pipeline: tuple[Any, Any]) -> N
     assert text.count(get_plotlyjs()) == 1  # plotly.js inline, once
     rest = text.replace(get_plotlyjs(), "")
     assert "<script src=" not in rest and "http" not in rest.replace("http://www.w3.org", "")  # works offline
-    assert result.scenario_hash[:16] in text and "tp 2 x pp 2 x cp 1 x dp 8" in text
+    assert result.result.scenario_hash[:16] in text and "tp 2 x pp 2 x cp 1 x dp 8" in text
     assert '"pipeline_schedule": "1f1b"' in text  # the resolved scenario
 
 
 def test_report_escapes_names(synthetic: Any) -> None:
     sc = simulator.load_scenario(QUICKSTART, overrides=["name=<b>bold</b> & co"])
-    result = simulator.simulate(sc)
+    result = simulator.run_simulation(sc)
     html = report_html(result, sc)
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; co" in html and "<b>bold</b>" not in html
 

@@ -114,6 +114,7 @@ def synthetic_result() -> Any:
     from simulator.ir import TaskInfo
     from simulator.results import LinkStat, Row, RunFacts, compute_result
     from simulator.results.rows import CommRecord
+    from simulator.results.simulation import Simulation
     from simulator.units import GiB
 
     p2p = CommRecord("p2p", 1e6, 1, 2, (0, 1), "direct", "Simple", 0.25 * MS)
@@ -142,9 +143,8 @@ def synthetic_result() -> Any:
         sharding="none", schedule="1f1b", gpus_per_node=2,
     )
     links = [LinkStat("a->b", "nvlink", "node", 100e9, 1e6, 1)]
-    result = compute_result(rows, facts, links)
-    result._series = {
+    series = {
         "samples": [(1 * MS, np.array([0]), np.array([2e9])), (1.5 * MS, np.array([], dtype=int), np.array([]))],
         "labels": ["a->b"], "kinds": ["nvlink"], "tiers": ["node"], "capacity": [100e9],
     }
-    return result
+    return Simulation(compute_result(rows, facts, links), rows, facts, series)

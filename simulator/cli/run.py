@@ -31,7 +31,8 @@ def run(
 
     sc = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     needs_series = report is not None or trace is not None  # link-load time series for counters and heatmap
-    result = guard(lambda: simulator.simulate(sc, record_series=needs_series))
+    sim = guard(lambda: simulator.run_simulation(sc, record_series=needs_series))
+    result = sim.result
     if not quiet:
         _print_summary(result, sc)
     if json_path is not None:
@@ -42,17 +43,17 @@ def run(
     if trace is not None:
         from simulator.results.export import write_trace
 
-        guard(lambda: write_trace(result, trace, ranks=ranks))
+        guard(lambda: write_trace(sim, trace, ranks=ranks))
         console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     if hta is not None:
         from simulator.results.export import write_hta_traces
 
-        paths = guard(lambda: write_hta_traces(result, hta, ranks=ranks))
+        paths = guard(lambda: write_hta_traces(sim, hta, ranks=ranks))
         console.print(f"{len(paths)} HTA trace(s) written to {hta} (hta.trace_analysis.TraceAnalysis(trace_dir=...))")
     if report is not None:
         from simulator.viz.report import write_report
 
-        write_report(result, sc, report)
+        write_report(sim, sc, report)
         console.print(f"report written to {report}")
 
 

@@ -1,6 +1,6 @@
 """Load of the network's link classes over time, from the engine's recorded series.
 
-``simulate(..., record_series=True)`` keeps ``result._series``: a list of snapshots
+``run_simulation(..., record_series=True)`` keeps ``Simulation.series``: a list of snapshots
 ``(time_s, class_indices, load_bytes_per_s)``, each the complete load of every busy link
 class from ``time_s`` until the next snapshot (classes not listed carry nothing). The load
 of a class is the rate on *one* link of the class (under symmetry, the average over its
@@ -44,7 +44,7 @@ class LinkLoad:
 
     @classmethod
     def from_series(cls, series: dict[str, Any] | None, end_s: float) -> LinkLoad | None:
-        """The load record of ``series`` (``result._series``), or None when none was recorded.
+        """The load record of ``series`` (``Simulation.series``), or None when none was recorded.
 
         ``end_s`` (s) closes the last interval; it is raised to the last snapshot time if smaller.
         """

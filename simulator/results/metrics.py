@@ -297,6 +297,4 @@ def compute_result(rows: list[Row], facts: RunFacts, links: list[LinkStat]) -> R
             **facts.extra,
         },
     )
-    result._rows = rows
-    result._facts = facts
     return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["Result", "RankMemory", "Breakdown", "OomDetail", "LinkUsage", "CommSummary"]
 
@@ -111,16 +111,3 @@ class Result(_Out):
     wire_bytes_per_rank: dict[str, float] = Field(description="bytes the critical rank sends per step, by kind")
     communication: list[CommSummary]
     engine: dict[str, Any]
-
-    _rows: Any = PrivateAttr(default=None)
-    _facts: Any = PrivateAttr(default=None)
-    _series: Any = PrivateAttr(default=None)
-
-    @property
-    def rows(self) -> Any:
-        """The trace rows this result was computed from (not serialised)."""
-        return self._rows
-
-    @property
-    def facts(self) -> Any:
-        return self._facts

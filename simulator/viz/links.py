@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import plotly.graph_objects as go
 
 from simulator.results.link_load import LinkLoad
+from simulator.results.simulation import Simulation
 from simulator.units import MILLISECOND, GiB
 from simulator.viz.style import TEMPLATE
 
@@ -22,13 +21,13 @@ def _message_figure(title: str, message: str) -> go.Figure:
     return fig
 
 
-def link_heatmap_figure(result: Any, *, max_links: int = 32, bins: int = 200) -> go.Figure:
+def link_heatmap_figure(sim: Simulation, *, max_links: int = 32, bins: int = 200) -> go.Figure:
     """Utilisation (%) of the ``max_links`` busiest link classes (rows, busiest on top) in
     ``bins`` equal time bins over the step (columns); each cell is the exact time average of
     the piecewise-constant load (:meth:`LinkLoad.binned_utilisation`). Needs a result
     simulated with ``record_series=True``; otherwise the figure says so."""
     title = "Link utilisation over the iteration (busiest link classes)"
-    load = LinkLoad.from_series(getattr(result, "_series", None), result.step_time_s)
+    load = LinkLoad.from_series(sim.series, sim.result.step_time_s)
     if load is None:
         return _message_figure(title, "link loads were not recorded (simulate with record_series=True)")
     chosen = load.busiest(max_links)
@@ -49,11 +48,11 @@ def link_heatmap_figure(result: Any, *, max_links: int = 32, bins: int = 200) ->
     return fig
 
 
-def top_links_figure(result: Any, *, top: int = 10) -> go.Figure:
+def top_links_figure(sim: Simulation, *, top: int = 10) -> go.Figure:
     """Mean utilisation (%) over the step of the ``top`` busiest link classes
-    (``result.links``), with the bytes one link of the class carried."""
+    (``sim.result.links``), with the bytes one link of the class carried."""
     title = f"Top {top} busiest links (mean utilisation over the step)"
-    links = list(result.links)[:top]
+    links = list(sim.result.links)[:top]
     if not links:
         return _message_figure(title, "no link carried traffic")
     fig = go.Figure(go.Bar(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from simulator.results.metrics import MEMORY_CATEGORIES, memory_timeline
 from simulator.results.rows import Row
+from simulator.results.simulation import Simulation
 from simulator.units import MILLISECOND, GiB
 from simulator.viz.style import MEMORY_COLOURS, TEMPLATE
 from simulator.viz.timeline import timeline_ranks
@@ -18,35 +18,35 @@ from simulator.viz.timeline import timeline_ranks
 __all__ = ["memory_figure", "memory_series"]
 
 
-def memory_series(result: Any, rank: int) -> tuple[list[float], dict[str, list[float]]]:
+def memory_series(sim: Simulation, rank: int) -> tuple[list[float], dict[str, list[float]]]:
     """Times (s) and bytes per category of ``rank``'s memory, one point per change, closed
     at the step end: the state after each point holds until the next (step function)."""
-    rows: list[Row] = [r for r in result.rows if r.rank == rank]
-    timeline = memory_timeline(result.facts.initial_memory.get(rank, {}), rows)
+    rows: list[Row] = [r for r in sim.rows if r.rank == rank]
+    timeline = memory_timeline(sim.facts.initial_memory.get(rank, {}), rows)
     times = [t for t, _ in timeline]
     values: dict[str, list[float]] = defaultdict(list)
     for _, cats in timeline:
         for c in MEMORY_CATEGORIES:
             values[c].append(cats.get(c, 0.0))
-    end = max(result.step_time_s, times[-1])
+    end = max(sim.result.step_time_s, times[-1])
     times.append(end)
     for c in MEMORY_CATEGORIES:
         values[c].append(values[c][-1])
     return times, dict(values)
 
 
-def memory_figure(result: Any, *, ranks: Iterable[int] | None = None, max_ranks: int = 4) -> go.Figure:
+def memory_figure(sim: Simulation, *, ranks: Iterable[int] | None = None, max_ranks: int = 4) -> go.Figure:
     """Stacked memory (GiB) over time (ms) by category, one panel per rank (at most
     ``max_ranks``, the critical rank included), the GPU capacity as a red dashed line, each
     rank's peak marked, and for a rank that runs out of memory the OOM moment (when its
     total first exceeds the capacity) as a red vertical line with the peak bytes needed."""
-    chosen = timeline_ranks(result, ranks, max_ranks)
-    capacity_gib = result.gpu_memory_bytes / GiB
+    chosen = timeline_ranks(sim, ranks, max_ranks)
+    capacity_gib = sim.result.gpu_memory_bytes / GiB
     fig = make_subplots(rows=len(chosen), cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=[f"rank {r}" for r in chosen])
-    peaks = {m.rank: m for m in result.memory}
+    peaks = {m.rank: m for m in sim.result.memory}
     for row_index, rank in enumerate(chosen, start=1):
-        times, values = memory_series(result, rank)
+        times, values = memory_series(sim, rank)
         x = [t / MILLISECOND for t in times]
         for c in MEMORY_CATEGORIES:
             if not any(v > 0 for v in values[c]):
@@ -76,7 +76,7 @@ def memory_figure(result: Any, *, ranks: Iterable[int] | None = None, max_ranks:
                               annotation_font_color="#d62728")
         fig.update_yaxes(title_text="GiB", row=row_index, col=1)
     fig.update_xaxes(title_text="time (ms)", row=len(chosen), col=1)
-    title = "Memory over the iteration" + (" — OUT OF MEMORY" if result.oom else "")
+    title = "Memory over the iteration" + (" — OUT OF MEMORY" if sim.result.oom else "")
     fig.update_layout(template=TEMPLATE, title=title, height=160 + 240 * len(chosen),
                       legend={"title": "category"}, margin={"l": 60, "r": 20, "t": 70, "b": 40})
     return fig

@@ -13,6 +13,7 @@ from typing import Any
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from simulator.results.simulation import Simulation
 from simulator.units import MILLISECOND, format_bytes, format_time
 from simulator.viz.breakdown import breakdown_figure
 from simulator.viz.links import link_heatmap_figure, top_links_figure
@@ -88,26 +89,27 @@ def summary_rows(result: Any, scenario: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def report_figures(result: Any) -> list[tuple[str, Any]]:
+def report_figures(sim: Simulation) -> list[tuple[str, Any]]:
     """(section title, plotly figure) of every figure in the report, in order."""
     return [
-        ("Time breakdown", breakdown_figure(result)),
-        ("Timeline", timeline_figure(result)),
-        ("Memory", memory_figure(result)),
-        ("Link utilisation", link_heatmap_figure(result)),
-        ("Busiest links", top_links_figure(result)),
+        ("Time breakdown", breakdown_figure(sim.result)),
+        ("Timeline", timeline_figure(sim)),
+        ("Memory", memory_figure(sim)),
+        ("Link utilisation", link_heatmap_figure(sim)),
+        ("Busiest links", top_links_figure(sim)),
     ]
 
 
-def report_html(result: Any, scenario: Any) -> str:
+def report_html(sim: Simulation, scenario: Any) -> str:
     """The report as one HTML string: title, summary table, figures (plotly.js inline,
     once, in the head), and the resolved scenario as JSON."""
+    result = sim.result
     title = html.escape(result.name)
     table = "\n".join(
         f"<tr><td>{html.escape(k)}</td><td{_cls(k, v)}>{html.escape(v)}</td></tr>" for k, v in summary_rows(result, scenario)
     )
     sections = []
-    for i, (heading, fig) in enumerate(report_figures(result)):
+    for i, (heading, fig) in enumerate(report_figures(sim)):
         div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"figure-{i}", config=_PLOTLY_CONFIG)
         sections.append(f'<h2>{html.escape(heading)}</h2>\n<div class="figure">{div}</div>')
     scenario_json = json.dumps(scenario.model_dump(mode="json", by_alias=True), indent=2)
@@ -141,12 +143,12 @@ def _cls(key: str, value: str) -> str:
     return ""
 
 
-def write_report(result: Any, scenario: Any, path: str | Path) -> Path:
-    """Write :func:`report_html` of ``result`` (simulated from ``scenario``) to ``path``.
+def write_report(sim: Simulation, scenario: Any, path: str | Path) -> Path:
+    """Write :func:`report_html` of ``sim`` (simulated from ``scenario``) to ``path``.
 
-    The link heatmap needs ``result`` from ``simulate(scenario, record_series=True)``;
-    without it that figure says the loads were not recorded."""
+    The link heatmap needs ``run_simulation(scenario, record_series=True)``; without it that
+    figure says the loads were not recorded."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report_html(result, scenario), encoding="utf-8")
+    out.write_text(report_html(sim, scenario), encoding="utf-8")
     return out

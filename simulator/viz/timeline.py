@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from simulator.results.export import STREAM_ORDER, assign_lanes, row_args
 from simulator.results.ranks import rank_label, select_ranks
 from simulator.results.rows import Row, expand_fused
+from simulator.results.simulation import Simulation
 from simulator.units import MILLISECOND
 from simulator.viz.style import TEMPLATE, colour
 
@@ -22,13 +23,13 @@ def _stream_key(stream: str) -> tuple[int, str]:
     return (STREAM_ORDER.index(head) if head in STREAM_ORDER else len(STREAM_ORDER), stream)
 
 
-def timeline_ranks(result: Any, ranks: Iterable[int] | None = None, max_ranks: int = 8) -> list[int]:
+def timeline_ranks(sim: Simulation, ranks: Iterable[int] | None = None, max_ranks: int = 8) -> list[int]:
     """The simulated ranks a timeline shows: those standing for ``ranks`` (all simulated
     ones for None), at most ``max_ranks``, the critical rank always among them."""
-    chosen = select_ranks(result.facts, ranks)
+    chosen = select_ranks(sim.facts, ranks)
     if len(chosen) <= max_ranks:
         return chosen
-    critical = result.breakdown.rank
+    critical = sim.result.breakdown.rank
     keep = chosen[:max_ranks]
     if critical in chosen and critical not in keep:
         keep = [*keep[: max_ranks - 1], critical]
@@ -41,7 +42,7 @@ def _details(row: Row) -> str:
     return "<br>".join(f"{k}: {v}" for k, v in args.items())
 
 
-def timeline_figure(result: Any, *, ranks: Iterable[int] | None = None, max_ranks: int = 8,
+def timeline_figure(sim: Simulation, *, ranks: Iterable[int] | None = None, max_ranks: int = 8,
                     max_slices: int = 25_000) -> go.Figure:
     """Gantt chart of ``result``'s iteration: y = rank and stream (a lane per set of
     concurrent operations on one stream), x = time (ms), one bar per task coloured by
@@ -53,15 +54,15 @@ def timeline_figure(result: Any, *, ranks: Iterable[int] | None = None, max_rank
     order while they fit; if the critical rank alone has more tasks, its first
     ``max_slices`` are drawn. The title says what was left out.
     """
-    candidates = timeline_ranks(result, ranks, max_ranks)
+    candidates = timeline_ranks(sim, ranks, max_ranks)
     wanted = set(candidates)
     by_rank: dict[int, list[Row]] = defaultdict(list)
-    for r in result.rows:
+    for r in sim.rows:
         if r.rank in wanted:
             by_rank[r.rank].append(r)
     for rank in wanted:  # fused runs of layers are drawn as their kernels and collectives
         by_rank[rank] = expand_fused(by_rank[rank])
-    critical = result.breakdown.rank
+    critical = sim.result.breakdown.rank
     preference = sorted(candidates, key=lambda rank: (rank != critical, rank))
     chosen: list[int] = []
     budget = max_slices
@@ -103,9 +104,9 @@ def timeline_figure(result: Any, *, ranks: Iterable[int] | None = None, max_rank
             hovertemplate="<b>%{customdata[0]}</b><br>start %{customdata[1]:.3f} ms, "
                           "duration %{customdata[2]:.3f} ms<br>%{customdata[3]}<extra>%{y}</extra>",
         ))
-    step_ms = result.step_time_s / MILLISECOND
+    step_ms = sim.result.step_time_s / MILLISECOND
     title = f"Timeline of one iteration ({step_ms:.1f} ms): " + ", ".join(
-        rank_label(result.facts, r).split(" for ")[0] for r in chosen)
+        rank_label(sim.facts, r).split(" for ")[0] for r in chosen)
     if shown < total:
         title += f" (first {shown} of {total} tasks)"
     if left_out:

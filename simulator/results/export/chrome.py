@@ -42,6 +42,7 @@ from simulator.results.link_load import LinkLoad
 from simulator.results.metrics import MEMORY_CATEGORIES, memory_timeline
 from simulator.results.ranks import format_rank_ranges, rank_label, represented_ranks, select_ranks
 from simulator.results.rows import Row, RunFacts, expand_fused
+from simulator.results.simulation import Simulation
 from simulator.units import MICROSECOND, GiB
 
 __all__ = ["trace_document", "write_trace", "DEFAULT_MAX_LINKS", "MEMORY_COUNTER", "MEMORY_TOTAL_COUNTER",
@@ -54,7 +55,7 @@ DEFAULT_MAX_LINKS = 24
 
 
 def trace_document(
-    result: Any,
+    sim: Simulation,
     *,
     ranks: Iterable[int] | None = None,
     max_links: int = DEFAULT_MAX_LINKS,
@@ -65,33 +66,33 @@ def trace_document(
     ``ranks``: global ranks to include (None: every simulated rank); a rank that was not
     simulated is shown through the simulated rank standing for it (:func:`select_ranks`).
     ``max_links``: how many of the busiest link classes get a utilisation counter (only if
-    ``result`` was simulated with ``record_series=True``). ``step``: the N of
+    ``sim`` was simulated with ``record_series=True``). ``step``: the N of
     ``ProfilerStep#N``. Event layout: see the module docstring.
     """
-    facts: RunFacts = result.facts
-    rows: list[Row] = result.rows
+    facts: RunFacts = sim.facts
+    rows: list[Row] = sim.rows
     chosen = select_ranks(facts, ranks)
     by_rank: dict[int, list[Row]] = defaultdict(list)
     for r in rows:
         by_rank[r.rank].append(r)
     for rank in chosen:  # fused runs of layers become their kernels and collectives
         by_rank[rank] = expand_fused(by_rank[rank])
-    step_us = to_us(result.step_time_s)
+    step_us = to_us(sim.result.step_time_s)
     events: list[dict[str, Any]] = []
     tid_of: dict[tuple[int, int], int] = {}  # (rank, row index in by_rank) -> tid
     for rank in chosen:
-        events += _rank_events(result, facts, rank, by_rank[rank], step_us, step, tid_of)
+        events += _rank_events(sim, facts, rank, by_rank[rank], step_us, step, tid_of)
     events += _flow_events(by_rank, chosen, tid_of)
-    link_load = LinkLoad.from_series(getattr(result, "_series", None), result.step_time_s)
+    link_load = LinkLoad.from_series(sim.series, sim.result.step_time_s)
     events += _link_events(link_load, facts, max_links)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": _metadata(result, facts, chosen, ranks, link_load, max_links),
+        "otherData": _metadata(sim, facts, chosen, ranks, link_load, max_links),
     }
 
 
-def _rank_events(result: Any, facts: RunFacts, rank: int, rows: list[Row], step_us: float, step: int,
+def _rank_events(sim: Simulation, facts: RunFacts, rank: int, rows: list[Row], step_us: float, step: int,
                  tid_of: dict[tuple[int, int], int]) -> list[dict[str, Any]]:
     _, names, row_tid = stream_threads(rows)
     events: list[dict[str, Any]] = [
@@ -108,17 +109,17 @@ def _rank_events(result: Any, facts: RunFacts, rank: int, rows: list[Row], step_
         events.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}})
     events.append({"ph": "X", "name": f"ProfilerStep#{step}", "cat": "user_annotation", "pid": rank,
                    "tid": ITERATION_TID, "ts": 0.0, "dur": step_us,
-                   "args": {"step_time_s": result.step_time_s}})
+                   "args": {"step_time_s": sim.result.step_time_s}})
     for i, row in enumerate(rows):
         ts, dur = span_us(row)
         tid_of[(rank, i)] = row_tid[i]
         events.append({"ph": "X", "name": row.name, "cat": row.category, "pid": rank, "tid": row_tid[i],
                        "ts": ts, "dur": dur, "args": row_args(row)})
-    events += _memory_events(result, facts, rank, rows)
+    events += _memory_events(sim, facts, rank, rows)
     return events
 
 
-def _memory_events(result: Any, facts: RunFacts, rank: int, rows: list[Row]) -> list[dict[str, Any]]:
+def _memory_events(sim: Simulation, facts: RunFacts, rank: int, rows: list[Row]) -> list[dict[str, Any]]:
     """Counter samples of the rank's memory: one per instant its allocations change (last state wins)."""
     states: dict[float, dict[str, float]] = {}
     for t_s, cats in memory_timeline(facts.initial_memory.get(rank, {}), rows):
@@ -130,7 +131,7 @@ def _memory_events(result: Any, facts: RunFacts, rank: int, rows: list[Row]) -> 
         events.append({"ph": "C", "name": MEMORY_COUNTER, "pid": rank, "tid": ITERATION_TID, "ts": ts, "args": by_cat})
         events.append({"ph": "C", "name": MEMORY_TOTAL_COUNTER, "pid": rank, "tid": ITERATION_TID, "ts": ts,
                        "args": {"total": total}})
-    for m in result.memory:
+    for m in sim.result.memory:
         if m.rank == rank and m.peak_bytes > m.capacity_bytes:
             first_over = min(ts for ts, cats in states.items() if sum(cats.values()) > m.capacity_bytes)
             events.append({"ph": "i", "s": "p", "name": "OOM", "cat": "memory", "pid": rank, "tid": ITERATION_TID,
@@ -199,7 +200,7 @@ def _link_events(link_load: LinkLoad | None, facts: RunFacts, max_links: int) ->
     return events
 
 
-def _metadata(result: Any, facts: RunFacts, chosen: list[int], requested: Iterable[int] | None,
+def _metadata(sim: Simulation, facts: RunFacts, chosen: list[int], requested: Iterable[int] | None,
               link_load: LinkLoad | None, max_links: int) -> dict[str, Any]:
     stands_for = {}
     for r in chosen:
@@ -217,7 +218,7 @@ def _metadata(result: Any, facts: RunFacts, chosen: list[int], requested: Iterab
         "layout": f"tp {facts.tp} x cp {facts.cp} x pp {facts.pp} x dp {facts.dp}, sharding {facts.sharding}, "
                   f"schedule {facts.schedule}",
         "micro_batches": facts.micro_batches,
-        "step_time_s": result.step_time_s,
+        "step_time_s": sim.result.step_time_s,
         "network": facts.network_mode,
         "symmetry": facts.symmetry,
         "ranks_requested": None if requested is None else format_rank_ranges(list(requested), limit=32),
@@ -230,9 +231,9 @@ def _metadata(result: Any, facts: RunFacts, chosen: list[int], requested: Iterab
 
 
 
-def write_trace(result: Any, path: str | Path, *, ranks: Iterable[int] | None = None,
+def write_trace(sim: Simulation, path: str | Path, *, ranks: Iterable[int] | None = None,
                 max_links: int = DEFAULT_MAX_LINKS, step: int = 0) -> Path:
     """Write :func:`trace_document` to ``path`` (gzip-compressed when it ends in ``.gz``)."""
     out = Path(path)
-    dump_json(trace_document(result, ranks=ranks, max_links=max_links, step=step), out)
+    dump_json(trace_document(sim, ranks=ranks, max_links=max_links, step=step), out)
     return out

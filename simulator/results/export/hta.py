@@ -25,6 +25,7 @@ from simulator.results.export.files import dump_json
 from simulator.results.export.threads import stream_threads
 from simulator.results.ranks import rank_label, select_ranks
 from simulator.results.rows import CommRecord, Row, RunFacts, expand_fused
+from simulator.results.simulation import Simulation
 from simulator.units import MICROSECOND
 
 __all__ = ["hta_document", "write_hta_traces", "nccl_kernel_name", "HTA_CPU_PID_OFFSET", "HTA_CPU_TID",
@@ -75,7 +76,7 @@ def _kernel_name(row: Row, precision: str) -> tuple[str, str]:
     return "kernel", row.name
 
 
-def hta_document(result: Any, rank: int, *, step: int = 0) -> dict[str, Any]:
+def hta_document(sim: Simulation, rank: int, *, step: int = 0) -> dict[str, Any]:
     """One simulated rank's trace in the Kineto layout HTA reads (see the module docstring).
 
     GPU kernels sit on process ``device`` (the rank's local GPU), one thread per stream id
@@ -86,10 +87,10 @@ def hta_document(result: Any, rank: int, *, step: int = 0) -> dict[str, Any]:
     later (only a burst of more than that many kernels starting together is launched late). Times are integer microseconds (HTA rounds float times), shifted
     by :data:`HTA_LAUNCH_LEAD_US` so the first launch precedes the first kernel.
     """
-    facts: RunFacts = result.facts
+    facts: RunFacts = sim.facts
     if rank not in facts.represents:
         raise ValueError(f"rank {rank} was not simulated (simulated: {sorted(facts.represents)})")
-    rows = expand_fused([r for r in result.rows if r.rank == rank])
+    rows = expand_fused([r for r in sim.rows if r.rank == rank])
     device = rank % facts.gpus_per_node if facts.gpus_per_node > 0 else 0
     cpu_pid = HTA_CPU_PID_OFFSET + rank
     _, names, row_tid = stream_threads(rows)
@@ -133,7 +134,7 @@ def hta_document(result: Any, rank: int, *, step: int = 0) -> dict[str, Any]:
                                 "cbid": CUDA_LAUNCH_KERNEL_CBID}})
         cpu_free = launch + 1
         last_us = max(last_us, end, cpu_free)
-    step_end = max(last_us, round(result.step_time_s / MICROSECOND) + lead) + 1
+    step_end = max(last_us, round(sim.result.step_time_s / MICROSECOND) + lead) + 1
     events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": cpu_pid,
                    "tid": HTA_CPU_TID, "ts": 0, "dur": step_end, "args": {"External id": 0}})
     return {
@@ -151,7 +152,7 @@ def hta_document(result: Any, rank: int, *, step: int = 0) -> dict[str, Any]:
     }
 
 
-def write_hta_traces(result: Any, directory: str | Path, *, ranks: Iterable[int] | None = None,
+def write_hta_traces(sim: Simulation, directory: str | Path, *, ranks: Iterable[int] | None = None,
                      step: int = 0) -> list[Path]:
     """Write ``rank<R>.json.gz`` into ``directory`` for each selected simulated rank
     (:func:`select_ranks`); point ``hta.trace_analysis.TraceAnalysis(trace_dir=...)`` at it.
@@ -159,8 +160,8 @@ def write_hta_traces(result: Any, directory: str | Path, *, ranks: Iterable[int]
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for rank in select_ranks(result.facts, ranks):
+    for rank in select_ranks(sim.facts, ranks):
         path = out / f"rank{rank}.json.gz"
-        dump_json(hta_document(result, rank, step=step), path, compact=False)
+        dump_json(hta_document(sim, rank, step=step), path, compact=False)
         paths.append(path)
     return paths
