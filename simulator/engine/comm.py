@@ -9,14 +9,13 @@ link classes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from simulator.cluster.collectives import CollectivePlan, CollectivePlanner
 from simulator.cluster.graph import ClusterGraph
 from simulator.costs.collectives import Choice, NcclModel, bandwidth_factor, choose_algorithm
-from simulator.engine.network import PhaseLoad
+from simulator.engine.lowering import PhaseLoad, Resolved
 from simulator.workload.tasks import CommOp
 
 __all__ = ["LinkClasses", "CommResolver", "Resolved"]
@@ -69,15 +68,6 @@ class LinkClasses:
         link = self.cluster.links[self.members[index][0]]
         more = f" (+{len(self.members[index]) - 1} alike)" if len(self.members[index]) > 1 else ""
         return f"{link.src}->{link.dst}{more}"
-
-
-@dataclass(frozen=True)
-class Resolved:
-    phases: list[PhaseLoad]
-    choice: Choice | None
-    algorithm: str
-    protocol: str
-    alone_s: float
 
 
 class CommResolver:
