@@ -10,14 +10,18 @@ and the simulated ranks' traffic stands in for every block's:
 * a switch-to-switch link sits at position (tier, rail, bandwidth) and shares the load of
   all blocks evenly with the other links there (mean field).
 
-The links at one position form one class.
+The links at one position form one class when they are alike (same kind, line rate,
+efficiency and latency). Where they are not (a degraded cable, a slower NIC in one node),
+the position splits into one class per kind of link, so every class is uniform: a copy's
+load lands on the class of the link it actually crosses, and a slow member bounds the
+rate instead of being silently represented by the first member's capacity.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from simulator.cluster.graph import ClusterGraph
+from simulator.cluster.graph import ClusterGraph, Link
 from simulator.engine.lowering import CommPhase
 
 __all__ = ["LinkClasses"]
@@ -27,37 +31,56 @@ class LinkClasses:
     """Links grouped into classes that carry identical load under symmetry.
 
     ``class_of[link id]``: its class; ``members[c]``: the link ids of class c;
-    ``capacity[c]``: bytes/s of one member; ``size[c]``: members in the class.
+    ``capacity[c]``: bytes/s of every member; ``size[c]``: members in the class;
+    ``position_of[link id]``: its position; ``uniform``: no position had to split.
     """
 
     def __init__(self, cluster: ClusterGraph, block_nodes: int | None) -> None:
-        keys: dict[object, int] = {}
-        class_of = np.empty(len(cluster.links), dtype=np.int64)
-        block_of = np.full(len(cluster.links), -1, dtype=np.int64)
+        n_links = len(cluster.links)
+        position_of = np.empty(n_links, dtype=np.int64)
+        class_of = np.empty(n_links, dtype=np.int64)
+        block_of = np.full(n_links, -1, dtype=np.int64)
+        positions: dict[object, int] = {}
+        classes: dict[object, int] = {}
         members: list[list[int]] = []
+        class_position: list[int] = []
         for link in cluster.links:
-            key: object
+            where: object
             if block_nodes is None:
-                key = link.id
+                where = link.id
             elif link.node is not None:
-                key = ("n", link.node % block_nodes, link.slot)
+                where = ("n", link.node % block_nodes, link.slot)
                 block_of[link.id] = link.node // block_nodes
             else:
-                key = ("t", link.tier, link.rail, link.bandwidth_bytes_per_s)
-            index = keys.get(key)
+                where = ("t", link.tier, link.rail, link.bandwidth_bytes_per_s)
+            position = positions.setdefault(where, len(positions))
+            position_of[link.id] = position
+            key = position if block_nodes is None else (position, _physics(link))
+            index = classes.get(key)
             if index is None:
-                index = keys[key] = len(members)
+                index = classes[key] = len(members)
                 members.append([])
+                class_position.append(position)
             members[index].append(link.id)
             class_of[link.id] = index
         self.class_of = class_of
         self.block_of = block_of
+        self.position_of = position_of
         self.blocks = cluster.n_nodes // block_nodes if block_nodes else 1
         self.members = members
         self.size = np.array([len(m) for m in members], dtype=float)
         self.capacity = np.array([cluster.links[m[0]].capacity_bytes_per_s for m in members])
         self.block_nodes = block_nodes
         self.cluster = cluster
+        # every position one class: classes are positions (indices equal), the common case
+        self.uniform = len(members) == len(positions)
+        self._position_size = np.bincount(position_of, minlength=len(positions)).astype(float)
+        self._class_position = np.array(class_position, dtype=np.int64)
+        # class of each position's link in each block (-1: none there), where positions split
+        self._class_at = np.full((len(positions) if not self.uniform else 0, self.blocks), -1, dtype=np.int64)
+        if not self.uniform:
+            on_node = block_of >= 0
+            self._class_at[position_of[on_node], block_of[on_node]] = class_of[on_node]
 
     def __len__(self) -> int:
         return len(self.members)
@@ -73,13 +96,14 @@ class LinkClasses:
         """The classes ``phase`` loads, flows per class, and its heaviest flow's bytes per byte of D.
 
         Each group stands for its ``multiplicity`` m distinct translates across the blocks of
-        nodes. A node-link class tracks the load of each of its copies (one per block): the
-        group's own loads, summed over its translates (a shift of blocks/m blocks each), and
-        the busiest copy is the class's load. Tier classes take the mean over their links.
-        Flows per class = load / the heaviest flow's bytes (all per byte of D).
+        nodes. A node-link position tracks the load of each of its copies (one per block):
+        the group's own loads, summed over its translates (a shift of blocks/m blocks each);
+        a class's load is its busiest copy. A tier position spreads its load evenly over its
+        links (mean field), and each class there carries that per-link load. Flows per class
+        = load / the heaviest flow's bytes (all per byte of D).
         """
         blocks = self.blocks
-        tier = np.zeros(len(self))
+        tier = np.zeros(len(self._position_size))
         copies = np.zeros((0, blocks))
         copy_rows: dict[int, int] = {}
         b_unit = phase.heaviest_bytes_per_byte
@@ -88,32 +112,43 @@ class LinkClasses:
                 continue
             m = group.multiplicity
             ids, w = group.link_ids, group.link_bytes_per_byte
-            cls = self.class_of[ids]
+            pos = self.position_of[ids]
             blk = self.block_of[ids]
             on_tier = blk < 0
             if on_tier.any():
-                np.add.at(tier, cls[on_tier], w[on_tier] * m / self.size[cls[on_tier]])
+                np.add.at(tier, pos[on_tier], w[on_tier] * m / self._position_size[pos[on_tier]])
             node = ~on_tier
             if not node.any():
                 continue
-            own_cls, inverse = np.unique(cls[node], return_inverse=True)
-            own = np.zeros((len(own_cls), blocks))
+            own_pos, inverse = np.unique(pos[node], return_inverse=True)
+            own = np.zeros((len(own_pos), blocks))
             np.add.at(own, (inverse, blk[node]), w[node])
             if m > 1:  # add the group's translates: shifts of blocks / m
                 stride = blocks // m
-                own = np.tile(own.reshape(len(own_cls), m, stride).sum(axis=1), (1, m))
+                own = np.tile(own.reshape(len(own_pos), m, stride).sum(axis=1), (1, m))
             rows = []
-            for c in own_cls.tolist():
-                row = copy_rows.get(c)
+            for p in own_pos.tolist():
+                row = copy_rows.get(p)
                 if row is None:
-                    row = copy_rows[c] = len(copy_rows)
+                    row = copy_rows[p] = len(copy_rows)
                 rows.append(row)
             if len(copy_rows) > copies.shape[0]:
                 copies = np.vstack([copies, np.zeros((len(copy_rows) - copies.shape[0], blocks))])
             copies[np.array(rows)] += own
-        weights = tier
+        weights = tier if self.uniform else tier[self._class_position]
         if copy_rows:
             order = np.fromiter(copy_rows.keys(), dtype=np.int64, count=len(copy_rows))
-            weights[order] += copies[np.fromiter(copy_rows.values(), dtype=np.int64, count=len(copy_rows))].max(axis=1)
+            loads = copies[np.fromiter(copy_rows.values(), dtype=np.int64, count=len(copy_rows))]
+            if self.uniform:  # class index = position index
+                weights[order] += loads.max(axis=1)
+            else:  # each copy loads the class its link is in; a class bears its busiest copy
+                at = self._class_at[order]
+                there = at >= 0
+                np.maximum.at(weights, at[there], loads[there])
         nz = np.nonzero(weights > 0)[0]
         return nz, weights[nz] / b_unit, b_unit
+
+
+def _physics(link: Link) -> tuple[object, ...]:
+    """What must be equal for links to share a class: kind, line rate, efficiency, latency."""
+    return (link.kind, link.bandwidth_bytes_per_s, link.efficiency, link.latency_s)
