@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import typing
 from collections.abc import Callable, Iterator
 
@@ -259,3 +260,18 @@ def test_a_slower_switch_link_splits_its_tier_and_shares_its_mean_load() -> None
     load = resolver.resolve(CommOp("all_reduce", group, GiB, "dp", algorithm="ring")).phases[0]
     flows = dict(zip(load.classes.tolist(), load.flows.tolist(), strict=True))
     assert flows[slow] == pytest.approx(flows[rest], rel=1e-12) and flows[slow] > 0
+
+
+def test_the_registry_docstring_example_runs() -> None:
+    """The example in engine/network/registry.py: an ``Instant`` model (bytes move at once)
+    registered from outside; a transfer then takes only its latency, 5 us here."""
+    from simulator.engine.network import registry
+
+    source = registry.__doc__.split("::", 1)[1].split("after which", 1)[0]  # type: ignore[union-attr]
+    scope: dict[str, object] = {}
+    exec(textwrap.dedent(source), scope)
+    try:
+        load = PhaseLoad(np.array([0]), np.array([1.0]), GiB, 5e-6)
+        assert _run_loads("instant", [25e9], [load]) == [pytest.approx(5e-6, rel=1e-12)]
+    finally:
+        del NETWORK_MODELS["instant"]

@@ -44,8 +44,9 @@ class GroupPhase:
     ``multiplicity``: how many translates of ``gpus`` this group stands for under symmetry
     reduction (1 without it). ``flows``: the point-to-point flows (source and destination
     GPU, ``weight`` = bytes over the whole phase per byte of D, protocol overhead not
-    included; host copies have ``src == dst``). ``link_ids`` / ``link_bytes_per_byte``: every link the flows
-    cross and the bytes per byte of D it carries (multipath fractions included).
+    included; host copies have ``src == dst``). ``link_ids`` / ``link_bytes_per_byte``:
+    every link the flows cross and the bytes per byte of D it carries (multipath fractions
+    included).
     """
 
     gpus: tuple[int, ...]
@@ -56,7 +57,10 @@ class GroupPhase:
     link_bytes_per_byte: np.ndarray
 
     def step_bytes_per_byte(self, flow: Flow) -> float:
-        """Bytes ``flow`` moves in one step, per byte of D: its phase bytes over the steps."""
+        """Bytes ``flow`` moves in one step, per byte of D: its phase bytes over the steps.
+
+        Exact for rings (every step sends one chunk of D/(n*C) per edge); for pipelined
+        trees and chains it is the mean step of the pipeline."""
         return flow.weight / self.steps if self.steps else flow.weight
 
 

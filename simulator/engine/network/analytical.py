@@ -18,7 +18,7 @@ __all__ = ["AnalyticalNetwork"]
 class AnalyticalNetwork(PhasedNetwork):
     """Closed-form alone rate per phase; links are never shared."""
 
-    def _move(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
+    def move_bytes(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
         rate = self.alone_rate_bytes_per_s(load)
-        self._account(load, load.bytes_per_flow)
+        self.account(load, load.bytes_per_flow)
         self.env.timeout(load.bytes_per_flow / rate).callbacks.append(lambda _e: bytes_done())

@@ -76,7 +76,7 @@ def at_end_of_instant(env: simpy.Environment, fn: Callable[[], None]) -> None:
 
 
 class PhasedNetwork:
-    """Base of models that run folded phases in order; subclasses implement :meth:`_move`."""
+    """Base of models that run folded phases in order; subclasses implement :meth:`move_bytes`."""
 
     def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray, *,
                  record_series: bool = False) -> None:
@@ -117,11 +117,11 @@ class PhasedNetwork:
 
     # -- for subclasses --------------------------------------------------------------------
 
-    def _move(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
+    def move_bytes(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
         """Move the bytes of ``load`` (which has some) and call ``bytes_done`` when moved."""
         raise NotImplementedError
 
-    def _account(self, load: PhaseLoad, nbytes: float) -> None:
+    def account(self, load: PhaseLoad, nbytes: float) -> None:
         """Add ``nbytes`` moved by each of ``load``'s flows to the classes it crosses."""
         np.add.at(self.bytes_carried, load.classes, load.flows * nbytes)
 
@@ -146,4 +146,4 @@ class PhasedNetwork:
             bytes_done()
             return
         self.entities_started += 1
-        self._move(load, bytes_done)
+        self.move_bytes(load, bytes_done)

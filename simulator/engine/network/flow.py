@@ -4,7 +4,7 @@ A communication operation runs as a sequence of *phases*; a phase is a set of fl
 progress together (a ring step waits for its slowest neighbour), so the model treats it
 as one entity: its heaviest flow moves ``bytes_per_flow`` bytes, and on each link (class)
 it puts ``flows`` flows' worth of load. Rates come from progressive filling (max-min
-fairness per flow, Bertsekas & Gallager, *Data Networks*, 1992, sec. 6.5.2): all unfrozen
+fairness per flow, Bertsekas & Gallager, *Data Networks*, 2nd ed. 1992, sec. 6.5): all unfrozen
 entities raise their per-flow rate together until a link saturates; entities on saturated
 links freeze. Rates are recomputed only when an entity starts or ends, and only for the
 entities that share links with it (its connected component); starts and ends at the same
@@ -57,7 +57,7 @@ class FlowNetwork(PhasedNetwork):
         self._pending = False
         self._next_id = 0
 
-    def _move(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
+    def move_bytes(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
         now = self.env.now
         entity = _Entity(self._next_id, load, load.bytes_per_flow, bytes_done, last=now, started=now)
         self._next_id += 1
@@ -106,7 +106,7 @@ class FlowNetwork(PhasedNetwork):
             if moved:
                 moved = min(moved, e.remaining)
                 e.remaining -= moved
-                self._account(e.load, moved)
+                self.account(e.load, moved)
             e.last = now
         rates = self._fill(entities)
         for e, rate in zip(entities, rates, strict=True):
@@ -169,7 +169,7 @@ class FlowNetwork(PhasedNetwork):
             return
         now = self.env.now
         moved = min(entity.rate * (now - entity.last), entity.remaining)
-        self._account(entity.load, moved)
+        self.account(entity.load, moved)
         entity.remaining = 0.0
         entity.last = now
         del self._entities[entity.id]

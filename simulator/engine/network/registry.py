@@ -6,8 +6,8 @@ The built-in keys are exactly the values of ``SimSpec.network``'s ``Literal`` (`
     from simulator.engine.network import PhasedNetwork, register_network_model
 
     class Instant(PhasedNetwork):          # every phase moves its bytes at once
-        def _move(self, load, bytes_done):
-            self._account(load, load.bytes_per_flow)
+        def move_bytes(self, load, bytes_done):
+            self.account(load, load.bytes_per_flow)
             bytes_done()
 
     register_network_model("instant", Instant)
