@@ -19,9 +19,11 @@ rate instead of being silently represented by the first member's capacity.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
-from simulator.cluster.graph import ClusterGraph, Link
+from simulator.cluster.graph import ClusterGraph
 from simulator.engine.lowering import CommPhase
 
 __all__ = ["LinkClasses"]
@@ -30,6 +32,8 @@ __all__ = ["LinkClasses"]
 class LinkClasses:
     """Links grouped into classes that carry identical load under symmetry.
 
+    Precondition: ``cluster.links[i].id == i`` (the graph's flat link list).
+
     ``class_of[link id]``: its class; ``members[c]``: the link ids of class c;
     ``capacity[c]``: bytes/s of every member; ``size[c]``: members in the class;
     ``position_of[link id]``: its position; ``uniform``: no position had to split.
@@ -37,32 +41,38 @@ class LinkClasses:
 
     def __init__(self, cluster: ClusterGraph, block_nodes: int | None) -> None:
         n_links = len(cluster.links)
-        position_of = np.empty(n_links, dtype=np.int64)
-        class_of = np.empty(n_links, dtype=np.int64)
-        block_of = np.full(n_links, -1, dtype=np.int64)
-        positions: dict[object, int] = {}
-        classes: dict[object, int] = {}
-        members: list[list[int]] = []
-        class_position: list[int] = []
-        for link in cluster.links:
-            where: object
-            if block_nodes is None:
-                where = link.id
-            elif link.node is not None:
-                where = ("n", link.node % block_nodes, link.slot)
-                block_of[link.id] = link.node // block_nodes
-            else:
-                where = ("t", link.tier, link.rail, link.bandwidth_bytes_per_s)
-            position = positions.setdefault(where, len(positions))
-            position_of[link.id] = position
-            key = position if block_nodes is None else (position, _physics(link))
-            index = classes.get(key)
-            if index is None:
-                index = classes[key] = len(members)
-                members.append([])
-                class_position.append(position)
-            members[index].append(link.id)
-            class_of[link.id] = index
+        if block_nodes is None:  # every link its own position and class (link ids are list indices)
+            class_of = np.arange(n_links, dtype=np.int64)
+            block_of = np.full(n_links, -1, dtype=np.int64)
+            members = [[i] for i in range(n_links)]
+            class_position = list(range(n_links))
+            n_positions = n_links
+        else:
+            positions: dict[object, int] = {}
+            classes: dict[object, int] = {}
+            class_position = []
+            class_list: list[int] = []
+            block_list: list[int] = []
+            for link in cluster.links:  # hot with 10^5 links: one key and one lookup per link
+                key: tuple[object, ...]
+                if link.node is not None:
+                    key = ("n", link.node % block_nodes, link.slot, _physics(link))
+                    block_list.append(link.node // block_nodes)
+                else:
+                    key = ("t", link.tier, link.rail, link.bandwidth_bytes_per_s, _physics(link))
+                    block_list.append(-1)
+                index = classes.get(key)
+                if index is None:  # a new class; its position is the key without the physics
+                    index = classes[key] = len(class_position)
+                    class_position.append(positions.setdefault(key[:-1], len(positions)))
+                class_list.append(index)
+            class_of = np.array(class_list, dtype=np.int64)
+            by_class = np.argsort(class_of, kind="stable")
+            ends = np.cumsum(np.bincount(class_of, minlength=len(class_position))).tolist()
+            members = [by_class[a:b].tolist() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+            block_of = np.array(block_list, dtype=np.int64)
+            n_positions = len(positions)
+        position_of = np.array(class_position, dtype=np.int64)[class_of]
         self.class_of = class_of
         self.block_of = block_of
         self.position_of = position_of
@@ -73,11 +83,11 @@ class LinkClasses:
         self.block_nodes = block_nodes
         self.cluster = cluster
         # every position one class: classes are positions (indices equal), the common case
-        self.uniform = len(members) == len(positions)
-        self._position_size = np.bincount(position_of, minlength=len(positions)).astype(float)
+        self.uniform = len(members) == n_positions
+        self._position_size = np.bincount(position_of, minlength=n_positions).astype(float)
         self._class_position = np.array(class_position, dtype=np.int64)
         # class of each position's link in each block (-1: none there), where positions split
-        self._class_at = np.full((len(positions) if not self.uniform else 0, self.blocks), -1, dtype=np.int64)
+        self._class_at = np.full((0 if self.uniform else n_positions, self.blocks), -1, dtype=np.int64)
         if not self.uniform:
             on_node = block_of >= 0
             self._class_at[position_of[on_node], block_of[on_node]] = class_of[on_node]
@@ -149,6 +159,5 @@ class LinkClasses:
         return nz, weights[nz] / b_unit, b_unit
 
 
-def _physics(link: Link) -> tuple[object, ...]:
-    """What must be equal for links to share a class: kind, line rate, efficiency, latency."""
-    return (link.kind, link.bandwidth_bytes_per_s, link.efficiency, link.latency_s)
+# what must be equal for links to share a class: kind, line rate, efficiency, latency
+_physics = operator.attrgetter("kind", "bandwidth_bytes_per_s", "efficiency", "latency_s")
