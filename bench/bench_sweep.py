@@ -24,9 +24,7 @@ import time
 from pathlib import Path
 
 from simulator.errors import ScenarioError
-from simulator.executors import default_workers, open_executor
-from simulator.sweep import run_sweep, write_results
-from simulator.sweepfile import expand_sweep, load_sweep
+from simulator.sweep import default_workers, expand_sweep, load_sweep, open_executor, run_sweep, write_results
 
 SWEEPS = {
     "light": ("""\

@@ -27,9 +27,7 @@
 import tempfile
 from pathlib import Path
 
-from simulator.executors import open_executor
-from simulator.sweep import feasible_rows, run_sweep
-from simulator.sweepfile import expand_sweep, load_sweep
+from simulator.sweep import expand_sweep, feasible_rows, load_sweep, open_executor, run_sweep
 from simulator.viz.scaling import scaling_figure
 
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent

@@ -8,12 +8,11 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from simulator.errors import InfeasibleError, ScenarioError
 from simulator.results.result import Result
 from simulator.run import simulate, simulate_collective
 from simulator.scenario import Scenario, load_scenario
+from simulator.version import __version__
 
 __all__ = [
     "__version__",

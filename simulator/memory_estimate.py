@@ -5,8 +5,8 @@ a simulation on them. The estimate adds, for each pipeline stage, what is surely
 at the moment the first steady-state backward starts (where 1F1B-like schedules peak):
 
 * model states and static buffers as the data-parallel strategy allocates them
-  (``Strategy.model_states`` / ``static_buffers`` of :mod:`simulator.workload.sharding`, on
-  the stage's parameters from :class:`~simulator.workload.plan.ModelLayout`) plus the CUDA
+  (``Strategy.model_states`` / ``static_buffers`` of :mod:`simulator.workload.data_parallel`, on
+  the stage's parameters from :class:`~simulator.workload.layout.ModelLayout`) plus the CUDA
   context (``CUDA_CONTEXT_BYTES``);
 * activations of the micro-batches in flight: the stored activations of one micro-batch
   through the stage (:func:`~simulator.costs.memory.layer_activation_bytes` per layer, the
@@ -16,8 +16,8 @@ at the moment the first steady-state backward starts (where 1F1B-like schedules 
   ``(p - stage - 1) * 2 + (v - 1) * p`` plus one chunk, capped at ``m * v``, in chunks of
   ``layers / (p * v)`` layers);
 * one layer's backward workspace (the gradients of its largest activations; with ``full``
-  recomputation also the layer's recomputed activations), as the workload builder allocates
-  it, and for ZeRO-3 / FSDP / HSDP / MiCS that layer's gathered parameters.
+  recomputation also the layer's recomputed activations), the workload's own
+  :class:`~simulator.workload.activations.ActivationSizes`, and for ZeRO-3 / FSDP / HSDP / MiCS that layer's gathered parameters.
 
 It leaves out what is transient and depends on timing (parameters prefetched for the next
 layers, gradient buckets in flight, communication buffers), so it stays at or below
@@ -29,17 +29,15 @@ checks both against :func:`simulator.simulate` on several layouts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from simulator.cluster.mesh import Mesh
-from simulator.costs.memory import (
-    embedding_activation_bytes,
-    layer_activation_bytes,
-    logits_activation_bytes,
-    model_state_bytes_per_param,
-)
+from simulator.cluster.mesh import mesh_for
+from simulator.costs.memory import model_state_bytes_per_param
 from simulator.scenario import Scenario
-from simulator.workload.plan import CUDA_CONTEXT_BYTES, Chunk, ModelLayout
-from simulator.workload.sharding import Strategy, Zero3, param_bytes, strategy_for
+from simulator.workload.activations import ActivationSizes
+from simulator.workload.builder import CUDA_CONTEXT_BYTES
+from simulator.workload.data_parallel import Strategy, Zero3, param_bytes, strategy_for
+from simulator.workload.layout import Chunk, ModelLayout
 
 __all__ = ["MemoryEstimate", "estimate_peak_memory", "in_flight_chunks"]
 
@@ -69,7 +67,7 @@ class MemoryEstimate:
 
 def in_flight_chunks(schedule: str, pp: int, stage: int, micro_batches: int, virtual_stages: int = 1) -> int:
     """(micro-batch, chunk) forwards a pipeline rank holds when its first backward starts
-    (the schedules of :mod:`simulator.workload.schedules`)."""
+    (the schedules of :mod:`simulator.workload.pipeline.schedules`)."""
     m, v = micro_batches, virtual_stages
     if schedule == "gpipe":
         return m
@@ -80,29 +78,12 @@ def in_flight_chunks(schedule: str, pp: int, stage: int, micro_batches: int, vir
 
 def estimate_peak_memory(scenario: Scenario) -> MemoryEstimate:
     """Lower estimate of the largest per-GPU peak over pipeline stages (module docstring)."""
-    par, train, model = scenario.parallelism, scenario.training, scenario.model
-    mesh = Mesh(par.tp, par.cp, par.pp, scenario.dp, par.shard_group_size)
+    par, train = scenario.parallelism, scenario.training
     layout = ModelLayout(scenario)
-    strategy = strategy_for(scenario, mesh, layout)
+    strategy = strategy_for(scenario, mesh_for(scenario), layout)
     per_param = model_state_bytes_per_param(train.precision, train.optimizer)
-    sp = par.sequence_parallel and par.tp > 1
-    elem = 2 if train.precision in ("bf16", "fp16", "fp8") else 4
-
-    def per_layer_bytes(recompute: str) -> float:
-        return layer_activation_bytes(
-            seq=model.seq_len, batch=train.micro_batch, hidden=model.hidden, heads=model.heads,
-            kv_heads=model.n_kv_heads, ffn_hidden=model.ffn, mlp=model.mlp, tp=par.tp, cp=par.cp,
-            sequence_parallel=sp, recompute=recompute, flash_attention=train.flash_attention, dropout=model.dropout,
-            act_bytes=elem,
-        )
-
-    per_layer = per_layer_bytes(train.recompute)
-    workspace = _backward_workspace(scenario, elem, per_layer_bytes("none"))
-    embedding = embedding_activation_bytes(seq=model.seq_len, batch=train.micro_batch, hidden=model.hidden,
-                                           tp=par.tp, cp=par.cp, sequence_parallel=sp, dropout=model.dropout,
-                                           act_bytes=elem)
-    logits = logits_activation_bytes(seq=model.seq_len, batch=train.micro_batch, hidden=model.hidden,
-                                     vocab=model.vocab, tp=par.tp, cp=par.cp, sequence_parallel=sp, act_bytes=elem)
+    sizes = ActivationSizes.of(scenario)
+    per_layer, workspace, embedding, logits = sizes.per_layer, sizes.backward_workspace, sizes.embedding, sizes.logits
     capacity = scenario.cluster.gpu_spec.memory_bytes
     best: MemoryEstimate | None = None
     for stage in range(par.pp):
@@ -129,20 +110,9 @@ def estimate_peak_memory(scenario: Scenario) -> MemoryEstimate:
     return best
 
 
-def _gathered_block_bytes(scenario: Scenario, strategy: Strategy, stage: int, chunk: Chunk) -> float:
+def _gathered_block_bytes(scenario: Scenario, strategy: Strategy[Any], stage: int, chunk: Chunk) -> float:
     """Bytes of one transformer block's parameters gathered for its backward (ZeRO-3, FSDP,
     HSDP, MiCS with more than one shard rank; 0 for the other strategies)."""
     if not isinstance(strategy, Zero3) or strategy.shard_ranks == 1 or not chunk.layers:
         return 0.0
     return strategy.gathered_numel(stage, chunk.layers[-1] + 1) * param_bytes(scenario)
-
-
-def _backward_workspace(scenario: Scenario, elem: int, full_layer_bytes: float) -> float:
-    """Transient bytes of one layer's backward (``WorkloadBuilder.backward_workspace``): the
-    gradients of the MLP intermediate and the layer input and output, plus the recomputed
-    layer's activations under ``full`` recomputation."""
-    model, par, train = scenario.model, scenario.parallelism, scenario.training
-    tokens = train.micro_batch * model.seq_len / par.cp
-    ffn_width = (3 if model.mlp == "swiglu" else 2) * model.ffn / par.tp
-    grads = tokens * (ffn_width + 2 * model.hidden) * elem
-    return grads + (full_layer_bytes if train.recompute == "full" else 0.0)

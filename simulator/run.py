@@ -8,15 +8,16 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from simulator import __version__
-from simulator.cluster import Mesh, Router, build_cluster
+from simulator.cluster import Router, build_cluster
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.costs.collectives import choose_algorithm
 from simulator.costs.flops import model_flops_per_token, recompute_flops_per_token
 from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
+from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
 from simulator.scenario import ClusterSpec, Scenario
-from simulator.workload import CommOp, Program, ProgramBuilder, WorkloadBuilder, block_ranks, compute_profile
+from simulator.version import __version__
+from simulator.workload import CommOp, Program, ProgramBuilder, Workload, build_workload, compute_profile
 
 __all__ = ["simulate", "simulate_collective", "collective_choice", "FLOPS_CONVENTION"]
 
@@ -29,8 +30,6 @@ FLOPS_CONVENTION = (
 def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
     """Simulate one training iteration of ``scenario``."""
     cluster = build_cluster(scenario.cluster)
-    par = scenario.parallelism
-    mesh = Mesh(par.tp, par.cp, par.pp, scenario.dp, par.shard_group_size)
     profile = compute_profile(cluster.gpu, scenario.cluster.calibration)
     symmetric = scenario.sim.symmetry == "auto"
     planner = CollectivePlanner(cluster, Router(cluster, seed=scenario.sim.seed))
@@ -43,15 +42,15 @@ def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
         shapes = [planner.plan(op, a, group).shape(cluster) for a in planner.candidates(op, group)]
         return choose_algorithm(model, shapes, nbytes).time_s
 
-    builder = WorkloadBuilder(scenario, mesh, profile, gpus_per_node=cluster.gpus_per_node, symmetric=symmetric,
+    workload = build_workload(scenario, profile, gpus_per_node=cluster.gpus_per_node, symmetric=symmetric,
                               comm_time=comm_time, node_kind=cluster.node_type.intra_node.kind)
-    program = builder.build()
-    block = block_ranks(mesh, cluster.gpus_per_node) if symmetric else None
+    program = workload.build()
+    block = workload.symmetry.block_ranks
     classes = LinkClasses(cluster, None if block is None else block // cluster.gpus_per_node)
     resolver = CommResolver(cluster, planner, classes, model, block_ranks=block)
     run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series,
-                      overlap_slowdown=builder.overlap_slowdown)
-    facts = _facts(scenario, builder, program, run, profile.name, profile.calibrated, cluster.gpu)
+                      overlap_slowdown=workload.overlap_slowdown)
+    facts = _facts(scenario, workload, program, run, profile.name, profile.calibrated, cluster.gpu)
     result = compute_result(_rows(program, run), facts, _link_stats(classes, run))
     result._series = _link_series(classes, run) if record_series else None
     return result
@@ -106,10 +105,10 @@ def _link_stats(classes: LinkClasses, run: EngineRun) -> list[LinkStat]:
     return out
 
 
-def _facts(scenario: Scenario, builder: WorkloadBuilder, program: Program, run: EngineRun, profile: str,
+def _facts(scenario: Scenario, workload: Workload, program: Program, run: EngineRun, profile: str,
            calibrated: bool, gpu: Any) -> RunFacts:
     m, train = scenario.model, scenario.training
-    counts = builder.layout.counts
+    counts = workload.layout.counts
     tokens = scenario.tokens_per_step
     model_flops = model_flops_per_token(counts.matmul, m.layers, m.hidden, m.seq_len) * tokens
     extra = recompute_flops_per_token(train.recompute, counts.per_layer, m.layers, m.hidden, m.seq_len) * tokens
@@ -136,7 +135,7 @@ def _facts(scenario: Scenario, builder: WorkloadBuilder, program: Program, run: 
         gpu=gpu.name,
         gpu_memory_bytes=gpu.memory_bytes,
         represents=program.represents,
-        stage_of={r: builder.mesh.stage(r) for r in program.ranks},
+        stage_of={r: workload.mesh.stage(r) for r in program.ranks},
         initial_memory=program.initial_memory,
         flops_convention=FLOPS_CONVENTION,
         sharding=scenario.parallelism.sharding,
@@ -146,7 +145,7 @@ def _facts(scenario: Scenario, builder: WorkloadBuilder, program: Program, run: 
         network_recomputations=run.network.recomputations,
         symmetry=scenario.sim.symmetry,
         network_mode=scenario.sim.network,
-        gpus_per_node=builder.gpus_per_node,
+        gpus_per_node=workload.gpus_per_node,
     )
 
 
@@ -179,7 +178,7 @@ def simulate_collective(
     graph, resolver = _collective_setup(_as_spec(cluster))
     group = ranks or tuple(range(graph.world_size))
     pb = ProgramBuilder()
-    pb.add(group[0], "comm", op, "dp", comm=CommOp(op, group, float(nbytes), "dp", (group,), algorithm))
+    pb.add(group[0], "comm", op, "dp", comm=CommOp(op_name(op), group, float(nbytes), "dp", (group,), algorithm))
     program = pb.build((group[0],), {group[0]: 1}, {group[0]: {}})
     run = run_program(program, resolver, mode=network)
     return float(run.makespan_s)
@@ -190,5 +189,5 @@ def collective_choice(cluster: dict[str, Any] | ClusterSpec, op: str, nbytes: fl
     """The algorithm and protocol the tuner picks, e.g. ``"tree/Simple"``."""
     graph, resolver = _collective_setup(_as_spec(cluster))
     group = tuple(range(graph.world_size))
-    choice = resolver.choose(CommOp(op, group, float(nbytes), "dp", (group,), algorithm))
+    choice = resolver.choose(CommOp(op_name(op), group, float(nbytes), "dp", (group,), algorithm))
     return f"{choice.shape.algorithm}/{choice.protocol}"

@@ -84,16 +84,16 @@ def test_rail_optimized_same_rail_skips_the_spine():
     c = cluster("dgx-a100", 4, kind="rail-optimized")
     r = Router(c)
     same_rail = r.route(0, 8)  # GPU0 of node 0 -> GPU0 of node 1
-    assert not any(c.links[i].tier == "leaf-up" for i, _ in same_rail.links) or len(c.leaf_spines) == 0
+    assert not any(c.links[i].tier == "leaf-up" for i, _ in same_rail.links)
 
 
 def test_mesh_groups_tp_innermost():
-    m = Mesh(tp=2, cp=1, pp=2, dp=2)
+    m = Mesh.from_sizes(tp=2, cp=1, pp=2, dp=2)
     assert m.group(0, "tp") == (0, 1)
     assert m.group(0, "pp") == (0, 2)
     assert m.group(0, "dp") == (0, 4)
-    assert m.coords(7) == (1, 0, 1, 1)
-    mics = Mesh(tp=1, cp=1, pp=1, dp=8, shard_group_size=4)
+    assert m.coords(7) == {"tp": 1, "cp": 0, "pp": 1, "dp_shard": 1, "dp_replicate": 0}
+    mics = Mesh.from_sizes(tp=1, cp=1, pp=1, dp=8, shard_group_size=4)
     assert mics.group(5, "dp_shard") == (4, 5, 6, 7) and mics.group(5, "dp_replicate") == (1, 5)
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 import simulator
-from simulator.workload.data_parallel import Param, assign_buckets
+from simulator.workload.data_parallel.buckets import Param, assign_buckets
 from tests.conftest import small_scenario
 
 MiB = 2**20

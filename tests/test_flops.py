@@ -9,7 +9,7 @@ from simulator.costs.flops import (
     param_counts,
     recompute_flops_per_token,
 )
-from simulator.workload.plan import ModelLayout
+from simulator.workload.layout import ModelLayout
 from tests.conftest import small_scenario
 
 

@@ -19,7 +19,7 @@ import pytest
 from trace_checks import synthetic_result, trace_problems, union_us
 
 import simulator
-from simulator.results.trace import HTA_LAUNCH_LEAD_US, hta_document, nccl_kernel_name, write_hta_traces
+from simulator.results.export import HTA_LAUNCH_LEAD_US, hta_document, nccl_kernel_name, write_hta_traces
 
 HTA_RANK = re.compile(r'"rank":\s+(\d+)')
 NCCL_KERNEL = re.compile(r"^nccl.*Kernel")

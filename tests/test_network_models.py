@@ -14,9 +14,9 @@ from simulator.cluster import Router, build_cluster
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.engine import CommResolver, LinkClasses, Resolved, run_program
 from simulator.engine.network import NETWORK_MODELS, PhaseLoad, at_end_of_instant, register_network_model
+from simulator.ir import CommOp, ProgramBuilder
 from simulator.scenario import ClusterSpec
 from simulator.scenario.spec import SimSpec
-from simulator.workload import CommOp, ProgramBuilder
 
 GiB = 2**30
 

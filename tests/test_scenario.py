@@ -105,8 +105,9 @@ def test_json_schema_describes_every_section():
     assert "training" in schema["required"] and "model" in schema["required"]
     sharding = schema["$defs"]["ParallelismSpec"]["properties"]["sharding"]
     assert set(sharding["enum"]) == {"none", "zero1", "zero2", "zero3", "fsdp", "hsdp", "mics"}
-    bandwidth = schema["$defs"]["FabricSpec"]["properties"]["nic_bandwidth"]
-    assert "string" in str(bandwidth)  # unit strings are accepted
+    for fabric in ("FatTreeFabric", "RailOptimizedFabric", "SingleSwitchFabric", "TorusFabric"):  # tagged by kind
+        bandwidth = schema["$defs"][fabric]["properties"]["nic_bandwidth"]
+        assert "string" in str(bandwidth)  # unit strings are accepted
 
 
 def test_content_hash_is_stable_and_sensitive():
@@ -121,3 +122,92 @@ def test_cluster_file_reference(tmp_path: Path):
     lab.write_text("node: dgx-a100\nnodes: 2\nfabric:\n  kind: rail-optimized\n")
     sc = simulator.Scenario.model_validate(small_scenario(cluster={"topology": str(lab)}))
     assert sc.cluster.node == "dgx-a100" and sc.cluster.fabric.kind == "rail-optimized" and sc.world_size == 16
+
+
+def test_validating_resolved_data_reads_no_file(monkeypatch):
+    """resolve_references reads the preset and node files; validating its output must not
+    touch the disk (every way of reading a file raises while it runs)."""
+    import builtins
+    import io
+    import os
+    import sys
+
+    from simulator.catalog import default_catalog
+    from simulator.scenario.loader import resolve_references
+
+    data = small_scenario(model={"preset": "llama3-8b", "layers": 4}, cluster={"node": "p5.48xlarge", "nodes": 2},
+                          training={"micro_batch": 1, "global_batch": 16})
+    resolved = resolve_references(data, default_catalog())
+    expected = simulator.Scenario.model_validate(data)
+
+    touched: list[str] = []
+
+    def refuse(*args, **kwargs):
+        frame, callers = sys._getframe(1), []
+        while frame is not None and len(callers) < 8:
+            callers.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+            frame = frame.f_back
+        touched.append(repr(args[:1]) + " from " + " < ".join(callers))
+        raise OSError("validation must not touch the disk")
+
+    with monkeypatch.context() as patch:
+        for owner, name in ((builtins, "open"), (io, "open"), (Path, "read_text"), (Path, "read_bytes"),
+                            (Path, "open"), (Path, "stat"), (Path, "is_file"), (Path, "exists"), (Path, "glob"),
+                            (os, "stat"), (os, "scandir"), (os, "listdir")):
+            patch.setattr(owner, name, refuse)
+        try:
+            scenario = simulator.Scenario.model_validate(resolved)
+        except Exception as exc:
+            scenario = exc
+    assert not touched, touched
+    assert scenario == expected and scenario.model.layers == 4 and scenario.model.mlp == "swiglu"
+    assert scenario.cluster.node_type.name == "p5.48xlarge"
+
+
+@pytest.mark.parametrize(
+    ("sharding", "block", "options", "owners"),
+    [
+        ("fsdp", "zero", {"reduce_bucket_size": 1000}, "zero1/zero2/zero3/mics"),
+        ("zero3", "fsdp", {"limit_all_gathers": False}, "fsdp/hsdp"),
+        ("none", "mics", {"hierarchical_params_gather": True}, "mics"),
+        ("zero1", "ddp", {"bucket_size": "50MiB"}, "none"),
+    ],
+)
+def test_options_of_another_strategy_name_the_block(sharding, block, options, owners):
+    with pytest.raises(ScenarioError) as info:
+        simulator.Scenario.model_validate(small_scenario(parallelism={"sharding": sharding, block: options}))
+    assert info.value.field == f"parallelism.{block}"
+    assert info.value.message == f"options for sharding {owners} given with sharding: {sharding}"
+
+
+def test_option_blocks_of_the_strategy_and_defaults_are_accepted():
+    mics = simulator.Scenario.model_validate(small_scenario(parallelism={
+        "sharding": "mics", "shard_group_size": 8, "zero": {"prefetch_bucket_size": 1000},
+        "mics": {"hierarchical_params_gather": True}}))
+    assert mics.parallelism.zero.prefetch_bucket_size == 1000 and mics.parallelism.mics.hierarchical_params_gather
+    fsdp = simulator.Scenario.model_validate(small_scenario(parallelism={"sharding": "fsdp", "zero": {}}))
+    assert fsdp.parallelism.zero.reduce_bucket_size == 500_000_000  # defaults readable whatever the sharding
+    # a dump writes every block (the foreign ones at their defaults) and validates again
+    assert simulator.Scenario.model_validate(fsdp.model_dump(mode="json", by_alias=True)) == fsdp
+
+
+def test_foreign_options_exit_2_with_one_line(tmp_path, root):
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.yaml"
+    path.write_text("model: gpt3-125m\ncluster:\n  node: p4d.24xlarge\n  nodes: 2\nparallelism:\n  sharding: fsdp\n"
+                    "  zero:\n    reduce_bucket_size: 1000\ntraining:\n  micro_batch: 4\n  global_batch: 128\n")
+    out = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(path), "--quiet"],
+                         capture_output=True, text=True, cwd=root)
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert out.returncode == 2, lines
+    assert len(lines) == 1, lines
+    assert f"{path}:7: parallelism.zero: options for sharding zero1/zero2/zero3/mics given with sharding: fsdp" in lines[0]
+
+
+def test_json_schema_hides_resolved_specs_and_documents_option_owners():
+    cluster = scenario_json_schema()["$defs"]["ClusterSpec"]["properties"]
+    assert "node_type" not in cluster and "gpu_spec" not in cluster
+    par = scenario_json_schema()["$defs"]["ParallelismSpec"]["properties"]
+    assert "fsdp, hsdp" in par["fsdp"]["description"]

@@ -9,9 +9,18 @@ from typing import Any
 import pytest
 
 import simulator
-from simulator.executors import InlineExecutor
 from simulator.memory_estimate import estimate_peak_memory, in_flight_chunks
-from simulator.pricing import (
+from simulator.scenario import Scenario, scenario_from_mapping
+from simulator.search import (
+    SearchSpace,
+    enumerate_layouts,
+    explain,
+    probe_micro_batches,
+    search,
+    step_bound_s,
+)
+from simulator.search.prediction import _with_micro_batches
+from simulator.search.pricing import (
     CHINCHILLA_TOKENS_PER_PARAM,
     NodePrice,
     chinchilla_tokens,
@@ -19,16 +28,7 @@ from simulator.pricing import (
     time_to_train_s,
     training_cost_usd,
 )
-from simulator.scenario import Scenario, scenario_from_mapping
-from simulator.search import (
-    SearchSpace,
-    _with_micro_batches,
-    enumerate_layouts,
-    explain,
-    probe_micro_batches,
-    search,
-    step_bound_s,
-)
+from simulator.sweep import InlineExecutor
 
 GIB = 2**30
 
@@ -101,7 +101,7 @@ def test_memory_estimate_by_hand_for_ddp():
     a gradient-sized bucket copy (2 bytes/param), the CUDA context, 24 layers of activations
     (Korthikanti: s*b*h*(34 + 5*a*s/h) without flash; FlashAttention keeps 34*s*b*h + LSE),
     plus the embedding output and logits."""
-    from simulator.workload.plan import ModelLayout
+    from simulator.workload.layout import ModelLayout
 
     sc = _scenario("gpt3-1.3b")
     est = estimate_peak_memory(sc)

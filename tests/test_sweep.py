@@ -13,12 +13,21 @@ from typing import Any
 
 import pytest
 
-from simulator import sweep as sweep_module
-from simulator.executors import InlineExecutor, open_executor
-from simulator.expressions import ExpressionError, evaluate, references
 from simulator.results.scaling import scaling_efficiency
-from simulator.sweep import SweepRun, point_key, run_sweep, write_results
-from simulator.sweepfile import expand_sweep, load_sweep
+from simulator.sweep import (
+    ExpressionError,
+    InlineExecutor,
+    SweepRun,
+    evaluate,
+    expand_sweep,
+    load_sweep,
+    open_executor,
+    point_key,
+    references,
+    run_sweep,
+    write_results,
+)
+from simulator.sweep import runner as sweep_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -389,7 +398,7 @@ def test_ray_adapter(tmp_path):
 
 
 def test_sweep_modules_stay_light():
-    code = ("import sys, simulator.sweep, simulator.sweepfile, simulator.executors; "
+    code = ("import sys, simulator.sweep; "
             "print(','.join(m for m in ('dask', 'ray', 'plotly', 'distributed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -15,16 +15,16 @@ from trace_checks import MS, slices_of, synthetic_result, trace_problems, union_
 
 import simulator
 from simulator.errors import ScenarioError
-from simulator.results.link_load import LinkLoad
-from simulator.results.ranks import format_rank_ranges, select_ranks
-from simulator.results.rows import expand_fused
-from simulator.results.trace import (
+from simulator.results.export import (
     MEMORY_COUNTER,
     MEMORY_TOTAL_COUNTER,
     assign_lanes,
     trace_document,
     write_trace,
 )
+from simulator.results.link_load import LinkLoad
+from simulator.results.ranks import format_rank_ranges, select_ranks
+from simulator.results.rows import expand_fused
 from simulator.units import GiB
 
 QUICKSTART = "scenarios/quickstart.yaml"

@@ -201,6 +201,6 @@ def test_report_escapes_names(synthetic: Any) -> None:
 
 
 def test_simulator_and_results_do_not_import_plotly() -> None:
-    code = ("import sys, simulator, simulator.results.trace, simulator.results.link_load; "
+    code = ("import sys, simulator, simulator.results.export, simulator.results.link_load; "
             "assert 'plotly' not in sys.modules, 'plotly imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

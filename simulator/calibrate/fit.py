@@ -7,7 +7,7 @@ kernel of a measured size is predicted at its measured time:
   ``efficiency = FLOPs / (peak * (t - launch))`` (with ``t - launch`` kept at least half of
   ``t``, so a kernel no longer than its launch does not blow up), clamped to (0, 1];
 * memory-bound kernels take ``bytes / (bandwidth * memory_efficiency) + launch``;
-* a collective takes ``alpha + D * beta`` (REFERENCE.md §1.1), fitted by least squares on
+* a collective takes ``alpha + D * beta`` (shared/REFERENCE.md §1.1), fitted by least squares on
   relative error so small and large messages weigh alike.
 """
 

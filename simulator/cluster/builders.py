@@ -1,21 +1,23 @@
-"""Graph builders: one for each kind of node interior and one for each fabric.
+"""Graph builders: one for each kind of node interior, and the whole cluster.
 
-Each builder adds vertices and links to a :class:`ClusterGraph`; ``NODE_BUILDERS`` and
-``FABRIC_BUILDERS`` are the registries keyed by the scenario's ``Literal`` tags, so a new
-kind of node or fabric touches two places: its function here and its tag.
+Each node builder adds vertices and links to a :class:`ClusterGraph`; ``NODE_BUILDERS`` is the
+registry keyed by the node file's ``intra_node.kind`` tag, so a new kind of node touches two
+places: its function here and its tag. Scale-out fabrics live in
+:mod:`simulator.cluster.fabrics` (a builder and a router each, registered by ``fabric.kind``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from simulator.cluster.comm_profile import apply_comm_profile
+from simulator.cluster.fabrics import build_fabric
+from simulator.cluster.fabrics.torus import neighbours
 from simulator.cluster.graph import ClusterGraph, Vertex
 from simulator.scenario import hardware
-from simulator.scenario.spec import ClusterSpec, FabricSpec
+from simulator.scenario.spec import ClusterSpec
 
-__all__ = ["build_cluster", "NODE_BUILDERS", "FABRIC_BUILDERS", "INTER_SOCKET_BYTES_PER_S"]
+__all__ = ["build_cluster", "NODE_BUILDERS", "INTER_SOCKET_BYTES_PER_S"]
 
 # CPU socket to socket (Intel UPI / AMD xGMI), one direction. Two to three UPI links of
 # 10.4 GT/s x 2 bytes (20.8 GB/s each) on the Xeon platforms of these nodes; estimate.
@@ -74,16 +76,6 @@ def _add_host(cluster: ClusterGraph, node: int) -> None:
                          latency_s=pcie_lat, tier="pcie-nic")
 
 
-def _nic_params(cluster: ClusterGraph) -> tuple[float, float, float]:
-    fabric = cluster.fabric
-    nics = cluster.node_type.nics
-    bw = fabric.nic_bandwidth_bytes_per_s or nics.bandwidth_bytes_per_s
-    same_transport = fabric.transport is None or fabric.transport == nics.transport
-    eff = fabric.efficiency or (nics.efficiency if same_transport else None) or cluster.transport.efficiency
-    lat = fabric.latency_s if fabric.latency_s is not None else cluster.transport.latency_s
-    return bw, eff, lat
-
-
 def build_nvswitch_node(cluster: ClusterGraph, node: int) -> None:
     """8 (or 16) GPUs, each with one NVLink port into a non-blocking NVSwitch fabric.
 
@@ -138,126 +130,37 @@ def build_pcie_node(cluster: ClusterGraph, node: int) -> None:
     _add_host(cluster, node)
 
 
+def build_torus_node(cluster: ClusterGraph, node: int) -> None:
+    """Devices on a 2D/3D torus of point-to-point links (AWS trn1: 16 Trainium chips on
+    NeuronLink-v2 in a 4 x 4 torus); devices forward traffic for each other, routes follow
+    dimension order (:mod:`simulator.cluster.fabrics.torus`).
+
+    ::
+
+        ╔═ gpu0 ══ gpu1 ══ gpu2 ══ gpu3 ═╗     each device linked to its 4 neighbours
+           ║       ║       ║       ║           (rows and columns wrap around), one link of
+        ╔═ gpu4 ══ gpu5 ══ gpu6 ══ gpu7 ═╗     ``link_bandwidth`` per direction each;
+           ...                                 host, PCIe and NICs as on every node
+    """
+    _add_host(cluster, node)
+    intra = cluster.node_type.intra_node
+    assert intra.dims is not None and intra.link_bandwidth_bytes_per_s is not None
+    eff = intra.link_efficiency or 1.0
+    gpus = cluster.gpus_per_node
+    for a in range(gpus):
+        for b in neighbours(a, intra.dims):
+            if a < b < gpus:
+                cluster.add_link(f"n{node}.gpu{a}", f"n{node}.gpu{b}", kind="neuronlink",
+                                 bandwidth_bytes_per_s=intra.link_bandwidth_bytes_per_s, efficiency=eff,
+                                 latency_s=0.0, tier="neuronlink")
+
+
 NODE_BUILDERS: dict[str, Callable[[ClusterGraph, int], None]] = {
     "nvswitch": build_nvswitch_node,
     "nvlink-mesh": build_nvlink_mesh_node,
     "pcie": build_pcie_node,
+    "torus": build_torus_node,
 }
-
-# ----------------------------------------------------------------------------------------
-# fabrics
-
-
-def _nic_link(cluster: ClusterGraph, nic: str, switch: str, rail: int | None) -> None:
-    bw, eff, lat = _nic_params(cluster)
-    kind = cluster.transport_kind
-    # the transport's per-message latency is charged once, on the sending NIC's uplink
-    cluster.add_link(nic, switch, kind=kind, bandwidth_bytes_per_s=bw, efficiency=eff,  # type: ignore[arg-type]
-                     latency_s=lat + cluster.transport.switch_latency_s, tier="nic-up", rail=rail, both_ways=False)
-    cluster.add_link(switch, nic, kind=kind, bandwidth_bytes_per_s=bw, efficiency=eff,  # type: ignore[arg-type]
-                     latency_s=0.0, tier="nic-down", rail=rail, both_ways=False)
-    cluster.nic_leaf[nic] = switch
-
-
-def build_single_switch(cluster: ClusterGraph, fabric: FabricSpec) -> None:
-    """Every NIC on one non-blocking switch (small clusters, or an idealised fabric).
-
-    ::
-
-        node0.nic* ──┐
-        node1.nic* ──┼── switch
-        nodeN.nic* ──┘
-    """
-    if cluster.n_nodes == 1:
-        return
-    cluster.add_vertex(Vertex("switch", "switch", None, "switch"))
-    for node in range(cluster.n_nodes):
-        for nic in cluster.nics_of_node(node):
-            _nic_link(cluster, nic, "switch", None)
-
-
-def _leaf_geometry(cluster: ClusterGraph, fabric: FabricSpec, nics_per_node_per_leaf: int) -> tuple[int, int, int]:
-    down_ports = max(1, fabric.switch_radix // 2)
-    per_leaf = fabric.nodes_per_leaf or max(1, down_ports // max(1, nics_per_node_per_leaf))
-    leaves = math.ceil(cluster.n_nodes / per_leaf)
-    spines = fabric.spines or down_ports
-    return per_leaf, leaves, spines
-
-
-def _add_spines(cluster: ClusterGraph, fabric: FabricSpec, leaves: list[str], down_bw: float, spines: int,
-                rail: int | None = None) -> None:
-    """Connect each leaf to every spine; uplinks carry down_bw / oversubscription in total."""
-    _, eff, _ = _nic_params(cluster)
-    kind = cluster.transport_kind
-    up_each = down_bw / fabric.oversubscription / spines
-    names = [f"spine{j}" for j in range(spines)]
-    for name in names:
-        if name not in cluster.vertices:
-            cluster.add_vertex(Vertex(name, "spine", None, name))
-    for leaf in leaves:
-        for name in names:
-            cluster.add_link(leaf, name, kind=kind, bandwidth_bytes_per_s=up_each, efficiency=eff,  # type: ignore[arg-type]
-                             latency_s=cluster.transport.switch_latency_s, tier="leaf-up", reverse_tier="spine-down",
-                             rail=rail)
-        cluster.leaf_spines[leaf] = names
-
-
-def build_fat_tree(cluster: ClusterGraph, fabric: FabricSpec) -> None:
-    """Two-level leaf/spine Clos: nodes under leaf switches, every leaf linked to every spine.
-
-    ::
-
-                  spine0   spine1  ...  spineS        uplink capacity per leaf =
-                  ╱    ╲  ╱    ╲                      downlink capacity / oversubscription
-              leaf0      leaf1      ...  leafL
-             ╱  │  ╲    ╱  │  ╲
-          node0 ...    nodeK ...                      all NICs of a node on its leaf
-    """
-    nics = cluster.node_type.nics.count
-    per_leaf, n_leaves, spines = _leaf_geometry(cluster, fabric, nics)
-    leaves = [f"leaf{i}" for i in range(n_leaves)]
-    for leaf in leaves:
-        cluster.add_vertex(Vertex(leaf, "leaf", None, leaf))
-    for node in range(cluster.n_nodes):
-        for nic in cluster.nics_of_node(node):
-            _nic_link(cluster, nic, leaves[node // per_leaf], None)
-    if n_leaves > 1:
-        bw, _, _ = _nic_params(cluster)
-        _add_spines(cluster, fabric, leaves, per_leaf * nics * bw, spines)
-
-
-def build_rail_optimized(cluster: ClusterGraph, fabric: FabricSpec) -> None:
-    """NIC i of every node on rail-leaf i (NVIDIA's rail-optimised design); spines join rails.
-
-    ::
-
-              spine0  ...  spineS                 same-rail traffic: one leaf hop;
-             ╱     ╲      ╱     ╲                 cross-rail traffic: through a spine
-        rail0.leaf0  rail1.leaf0  ... railR.leaf0
-          │  │  │      │  │  │
-        n0.nic0 n1.nic0 n0.nic1 n1.nic1 ...
-    """
-    nics = cluster.node_type.nics.count
-    per_leaf, n_groups, spines = _leaf_geometry(cluster, fabric, 1)
-    bw, _, _ = _nic_params(cluster)
-    all_leaves: list[str] = []
-    for rail in range(nics):
-        leaves = [f"rail{rail}.leaf{g}" for g in range(n_groups)]
-        for leaf in leaves:
-            cluster.add_vertex(Vertex(leaf, "leaf", None, leaf))
-        for node in range(cluster.n_nodes):
-            _nic_link(cluster, f"n{node}.nic{rail}", leaves[node // per_leaf], rail)
-        all_leaves += leaves
-    if len(all_leaves) > 1:
-        _add_spines(cluster, fabric, all_leaves, per_leaf * bw, spines)
-
-
-FABRIC_BUILDERS: dict[str, Callable[[ClusterGraph, FabricSpec], None]] = {
-    "single-switch": build_single_switch,
-    "fat-tree": build_fat_tree,
-    "rail-optimized": build_rail_optimized,
-}
-
 
 def build_cluster(spec: ClusterSpec) -> ClusterGraph:
     """Build the whole cluster graph for a validated :class:`ClusterSpec` (with the intra-node
@@ -276,11 +179,10 @@ def build_cluster(spec: ClusterSpec) -> ClusterGraph:
     build_node = NODE_BUILDERS[node_type.intra_node.kind]
     for node in range(spec.n_nodes):
         build_node(cluster, node)
-    FABRIC_BUILDERS[spec.fabric.kind](cluster, spec.fabric)
+    cluster.scale_out = build_fabric(cluster, spec.fabric)
     cluster.description = (
         f"{spec.n_nodes} x {node_type.name} ({spec.gpus_in_node} x {cluster.gpu.name}), "
-        f"{transport_kind} {spec.fabric.kind}"
-        + (f" {spec.fabric.oversubscription:g}:1" if spec.fabric.oversubscription != 1 else "")
+        f"{transport_kind} {spec.fabric.label}"
     )
     if spec.calibration is not None:  # measured collectives override the intra-node links
         apply_comm_profile(cluster, spec.calibration)

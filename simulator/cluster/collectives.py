@@ -23,105 +23,30 @@ Algorithms (shared/REFERENCE.md §1):
   parameter gather); reduce-scatter = intra-node RS then inter-node RS.
 * ``direct``: all-to-all (every pair at once) and point-to-point.
 * ``chain``: pipelined broadcast along a ring from the root.
+
+On torus nodes (Trainium on NeuronLink) the rings follow a boustrophedon ("snake") order over
+torus neighbours, one channel each way round; point-to-point and all-to-all flows take the
+router's dimension-order routes.
+
+Algorithms are registered by name in :mod:`simulator.cluster.collective_algorithms`
+(:data:`ALGORITHMS`); the plan data classes live in :mod:`simulator.cluster.collective_plan`.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from dataclasses import dataclass, replace
 from functools import cached_property
-from itertools import pairwise
 
-import numpy as np
-
+from simulator.cluster.collective_algorithms import ALGORITHMS
+from simulator.cluster.collective_plan import CollectivePlan, Flow, PhasePlan, nccl_model
+from simulator.cluster.fabrics.torus import snake_order
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.routing import Router
-from simulator.costs.collectives import CollectiveShape, NcclModel, PhaseShape
-from simulator.scenario.hardware import nccl_constants
+from simulator.costs.collectives import NcclModel
 
 __all__ = ["Flow", "PhasePlan", "CollectivePlan", "CollectivePlanner", "nccl_model", "OPS", "ALGORITHMS"]
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p", "d2h", "h2d")
-ALGORITHMS = ("ring", "tree", "nvls", "hierarchical", "direct", "chain")
-
-
-def nccl_model() -> NcclModel:
-    c = nccl_constants()
-    return NcclModel(
-        base_latency={k: dict(v) for k, v in c.base_latency.items()},
-        hop_latency={k: {a: dict(p) for a, p in v.items()} for k, v in c.hop_latency.items()},
-        nvls_latency=c.nvls_latency,
-        nvls_efficiency=c.nvls_efficiency,
-        protocol_bandwidth={k: dict(v) for k, v in c.protocol_bandwidth.items()},
-        ll_max_bytes=c.ll_max_bytes,
-        ll128_max_bytes=c.ll128_max_bytes,
-        ring_plateau_factor=c.ring_plateau_factor,
-        tree_correction={k: tuple(v) for k, v in c.tree_correction.items()},
-        simple_step_bytes=c.simple_step_bytes,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Flow:
-    src: int  # global GPU index
-    dst: int
-    weight: float  # bytes per byte of D
-
-
-@dataclass(frozen=True)
-class PhasePlan:
-    flows: tuple[Flow, ...]
-    steps: int
-    inter_steps: int
-    link_weights: tuple[tuple[int, float], ...]  # (link id, bytes per byte of D)
-    intra_class: str
-    net_latency_s: float
-    ppn: int
-    nodes: int
-    channels: int = 1
-    channel_net_bytes_per_s: float = 0.0
-    intra_latency_s: float = 0.0
-
-    def seconds_per_byte(self, cluster: ClusterGraph) -> float:
-        links = cluster.links
-        return max((w / links[i].capacity_bytes_per_s for i, w in self.link_weights), default=0.0)
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Link ids and weights as arrays."""
-        return self._arrays
-
-    @cached_property
-    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.fromiter((i for i, _ in self.link_weights), dtype=np.int64, count=len(self.link_weights))
-        w = np.fromiter((x for _, x in self.link_weights), dtype=float, count=len(self.link_weights))
-        return ids, w
-
-
-@dataclass(frozen=True)
-class CollectivePlan:
-    op: str
-    algorithm: str
-    gpus: tuple[int, ...]
-    phases: tuple[PhasePlan, ...]
-    ll128_ok: bool
-
-    @property
-    def nranks(self) -> int:
-        return len(self.gpus)
-
-    def shape(self, cluster: ClusterGraph) -> CollectiveShape:
-        return CollectiveShape(
-            op=self.op,
-            algorithm=self.algorithm,
-            nranks=self.nranks,
-            ll128_ok=self.ll128_ok,
-            phases=tuple(
-                PhaseShape(p.seconds_per_byte(cluster), p.steps, p.inter_steps, p.intra_class, p.net_latency_s,
-                           p.ppn, p.nodes, p.channels, p.channel_net_bytes_per_s, p.intra_latency_s)
-                for p in self.phases
-            ),
-        )
 
 
 class CollectivePlanner:
@@ -145,7 +70,7 @@ class CollectivePlanner:
             return ["direct"]
         if op == "broadcast":
             return ["chain"]
-        nodes = self._by_node(gpus)
+        nodes = self.by_node(gpus)
         algos = ["ring"]
         if op == "all_reduce":
             if len(nodes) > 1:
@@ -163,28 +88,28 @@ class CollectivePlanner:
 
     # -- structure -------------------------------------------------------------------------
 
-    def _by_node(self, gpus: tuple[int, ...]) -> dict[int, list[int]]:
+    def by_node(self, gpus: tuple[int, ...]) -> dict[int, list[int]]:
         g = self.cluster.gpus_per_node
         nodes: dict[int, list[int]] = defaultdict(list)
         for gpu in gpus:
             nodes[gpu // g].append(gpu)
         return {n: sorted(members) for n, members in sorted(nodes.items())}
 
-    def _uniform(self, nodes: dict[int, list[int]]) -> int | None:
+    def uniform(self, nodes: dict[int, list[int]]) -> int | None:
         sizes = {len(m) for m in nodes.values()}
         return sizes.pop() if len(sizes) == 1 else None
 
-    def _rings(self, gpus: tuple[int, ...]) -> list[tuple[tuple[int, ...], float]]:
+    def rings(self, gpus: tuple[int, ...]) -> list[tuple[tuple[int, ...], float]]:
         """Ring channels (order, share of the data) for a group."""
         found = self._ring_cache.get(gpus)
         if found is not None:
             return found
-        nodes = self._by_node(gpus)
-        ppn = self._uniform(nodes)
+        nodes = self.by_node(gpus)
+        ppn = self.uniform(nodes)
         rings: list[tuple[tuple[int, ...], float]]
         if len(nodes) == 1:
             members = next(iter(nodes.values()))
-            cycles = self._nvlink_cycles(members) if self.cluster.node_type.intra_node.kind == "nvlink-mesh" else []
+            cycles = self._device_cycles(members)
             rings = [(c, 1.0 / len(cycles)) for c in cycles] if cycles else [(tuple(members), 1.0)]
         elif ppn is None:
             rings = [(tuple(sorted(gpus)), 1.0)]
@@ -192,7 +117,7 @@ class CollectivePlanner:
             # the intra-node segment follows NVLink where the node is a mesh (NCCL's rings do)
             g = self.cluster.gpus_per_node
             first = next(iter(nodes.values()))
-            cycles = self._nvlink_cycles(first) if self.cluster.node_type.intra_node.kind == "nvlink-mesh" else []
+            cycles = self._device_cycles(first)
             local = [x % g for x in (cycles[0] if cycles else first)]
             rings = []
             for c in range(ppn):
@@ -203,6 +128,26 @@ class CollectivePlanner:
                 rings.append((tuple(order), 1.0 / ppn))
         self._ring_cache[gpus] = rings
         return rings
+
+    def _device_cycles(self, members: list[int]) -> list[tuple[int, ...]]:
+        """Ring orders that follow the node's device links (empty: the members in index order)."""
+        kind = self.cluster.node_type.intra_node.kind
+        if kind == "nvlink-mesh":
+            return self._nvlink_cycles(members)
+        if kind == "torus":
+            return self._torus_cycles(members)
+        return []
+
+    def _torus_cycles(self, members: list[int]) -> list[tuple[int, ...]]:
+        """The members in snake order over the node's torus, both ways round (two channels)."""
+        dims = self.cluster.node_type.intra_node.dims
+        if len(members) < 3 or not dims:
+            return []
+        g = self.cluster.gpus_per_node
+        base = members[0] - members[0] % g
+        wanted = {m - base for m in members}
+        order = tuple(base + i for i in snake_order(dims) if i in wanted)
+        return [order, order[::-1]]
 
     def _nvlink_cycles(self, members: list[int]) -> list[tuple[int, ...]]:
         """Directed Hamiltonian cycles over NVLink bricks, each brick direction used once."""
@@ -258,136 +203,21 @@ class CollectivePlanner:
     def _build(self, op: str, algorithm: str, gpus: tuple[int, ...]) -> CollectivePlan:
         if len(gpus) != len(set(gpus)):
             raise ValueError(f"a process group lists a GPU twice: {gpus}")
-        nodes = self._by_node(gpus)
-        n, k = len(gpus), len(nodes)
-        ppn = self._uniform(nodes) or max(len(m) for m in nodes.values())
         phases: list[PhasePlan]
         if op in ("d2h", "h2d"):
             route = self.router.route_to_host(gpus[0]) if op == "d2h" else self.router.route_from_host(gpus[0])
             phases = [PhasePlan((Flow(gpus[0], gpus[0], 1.0),), 1, 0, route.links, "pcie", 0.0, 1, 1)]
-        elif n == 1:
+        elif len(gpus) == 1:
             phases = []
-        elif algorithm == "ring":
-            phases = [self._ring_phase(op, gpus, nodes)]
-        elif algorithm == "tree":
-            phases = [self._tree_phase(gpus, nodes)]
-        elif algorithm == "nvls":
-            factor = (self.cluster.gpu.nvlink.nccl_efficiency if self.cluster.gpu.nvlink else 1.0) / self.model.nvls_efficiency
-            members = sorted(gpus)
-            flows = [Flow(a, b, factor) for a, b in zip(members, members[1:] + members[:1], strict=True)]
-            phases = [self._phase(flows, steps=1, inter_steps=0, ppn=ppn, nodes=1)]
-        elif algorithm == "hierarchical":
-            phases = self._hierarchical(op, nodes)
-        elif algorithm == "direct":
-            if op == "p2p":
-                flows = [Flow(gpus[0], gpus[1], 1.0)]
-            else:
-                flows = [Flow(a, b, 1.0 / n) for a in gpus for b in gpus if a != b]
-            phases = [self._phase(flows, steps=1, inter_steps=1 if k > 1 else 0, ppn=ppn, nodes=k)]
-        elif algorithm == "chain":
-            order = self._rings(gpus)[0][0]
-            flows = [Flow(a, b, 1.0) for a, b in pairwise(order)]
-            phases = [self._phase(flows, steps=n - 1, inter_steps=k - 1, ppn=ppn, nodes=k)]
         else:
-            raise ValueError(f"unknown collective algorithm {algorithm!r}")
+            planner = ALGORITHMS.get(algorithm)
+            if planner is None:
+                raise ValueError(f"unknown collective algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+            phases = planner(self, op, gpus, self.by_node(gpus))
         ll128 = all(self._ll128_ok(p) for p in phases)
         return CollectivePlan(op, algorithm, gpus, tuple(phases), ll128)
 
-    def _ring_factor(self, op: str, n: int) -> tuple[float, int]:
-        if op == "all_reduce":
-            return 2 * (n - 1) / n, 2 * (n - 1)
-        if op in ("all_gather", "reduce_scatter"):
-            return (n - 1) / n, n - 1
-        raise ValueError(f"ring does not implement {op}")
-
-    def _ring_phase(self, op: str, gpus: tuple[int, ...], nodes: dict[int, list[int]]) -> PhasePlan:
-        n, k = len(gpus), len(nodes)
-        per_edge, steps = self._ring_factor(op, n)
-        flows = []
-        for order, share in self._rings(gpus):
-            for a, b in zip(order, order[1:] + order[:1], strict=True):
-                flows.append(Flow(a, b, per_edge * share))
-        inter = (2 * (k - 1) if op == "all_reduce" else k - 1) if k > 1 else 0
-        ppn = self._uniform(nodes) or max(len(m) for m in nodes.values())
-        return self._phase(flows, steps=steps, inter_steps=inter, ppn=ppn, nodes=k)
-
-    def _tree_phase(self, gpus: tuple[int, ...], nodes: dict[int, list[int]]) -> PhasePlan:
-        node_ids = list(nodes)
-        k = len(node_ids)
-        ppn = self._uniform(nodes) or max(len(m) for m in nodes.values())
-        channels = max(2, ppn)
-        trees = (self._btree(k), [(k - 1 - c, k - 1 - p) for c, p in self._btree(k)])
-        flows: list[Flow] = []
-        share = 1.0 / channels
-        for c in range(channels):
-            heads = {}
-            for i, node in enumerate(node_ids):
-                members = nodes[node]
-                r = c % len(members)
-                chain = members[r:] + members[:r]
-                heads[i] = chain[0]
-                for a, b in pairwise(chain):
-                    flows += [Flow(b, a, share), Flow(a, b, share)]
-            for child, parent in trees[c % 2]:
-                flows += [Flow(heads[child], heads[parent], share), Flow(heads[parent], heads[child], share)]
-        phase = self._phase(flows, steps=2 * (ppn - 1 + math.ceil(math.log2(k))),
-                            inter_steps=2 * math.ceil(math.log2(k)), ppn=ppn, nodes=k)
-        # one channel's share of a node's network bandwidth: the NICs the heads use, over the channels
-        nic_links = {i for i, _ in phase.link_weights if self.cluster.links[i].tier == "nic-up"
-                     and self.cluster.links[i].node == node_ids[0]}
-        node_bw = sum(self.cluster.links[i].capacity_bytes_per_s for i in nic_links)
-        return replace(phase, channels=channels, channel_net_bytes_per_s=node_bw / channels if node_bw else 0.0)
-
-    @staticmethod
-    def _btree(k: int) -> list[tuple[int, int]]:
-        """Edges (child, parent) of a balanced binary tree over positions 0..k-1 (in-order)."""
-        edges: list[tuple[int, int]] = []
-
-        def build(lo: int, hi: int, parent: int | None) -> None:
-            if lo > hi:
-                return
-            mid = (lo + hi + 1) // 2
-            if parent is not None:
-                edges.append((mid, parent))
-            build(lo, mid - 1, mid)
-            build(mid + 1, hi, mid)
-
-        build(0, k - 1, None)
-        return edges
-
-    def _hierarchical(self, op: str, nodes: dict[int, list[int]]) -> list[PhasePlan]:
-        ppn = self._uniform(nodes)
-        if ppn is None:
-            raise ValueError("hierarchical collectives need the same number of group members on every node")
-        k = len(nodes)
-        members = list(nodes.values())
-        rails = [tuple(m[j] for m in members) for j in range(ppn)]
-
-        def intra(kind: str) -> PhasePlan:
-            per_edge, steps = self._ring_factor(kind, ppn) if ppn > 1 else (0.0, 0)
-            flows = []
-            if ppn > 1:
-                for m in members:
-                    for order, share in self._rings(tuple(m)):
-                        flows += [Flow(a, b, per_edge * share) for a, b in zip(order, order[1:] + order[:1], strict=True)]
-            return self._phase(flows, steps=steps, inter_steps=0, ppn=ppn, nodes=1)
-
-        def inter(kind: str) -> PhasePlan:
-            per_edge, steps = self._ring_factor(kind, k) if k > 1 else (0.0, 0)
-            flows = [Flow(a, b, per_edge / ppn) for r in rails for a, b in zip(r, r[1:] + r[:1], strict=True)] if k > 1 else []
-            return self._phase(flows, steps=steps, inter_steps=steps, ppn=1, nodes=k)
-
-        if op == "all_reduce":
-            phases = [intra("reduce_scatter"), inter("all_reduce"), intra("all_gather")]
-        elif op == "all_gather":
-            phases = [inter("all_gather"), intra("all_gather")]
-        elif op == "reduce_scatter":
-            phases = [intra("reduce_scatter"), inter("reduce_scatter")]
-        else:
-            raise ValueError(f"hierarchical does not implement {op}")
-        return [p for p in phases if p.flows]
-
-    def _phase(self, flows: list[Flow], *, steps: int, inter_steps: int, ppn: int, nodes: int) -> PhasePlan:
+    def phase(self, flows: list[Flow], *, steps: int, inter_steps: int, ppn: int, nodes: int) -> PhasePlan:
         weights: dict[int, float] = defaultdict(float)
         net_latency = 0.0
         intra_class = "nvlink"

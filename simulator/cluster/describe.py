@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from simulator.cluster.fabrics.torus import neighbours, torus_grid
 from simulator.cluster.graph import ClusterGraph
 
-__all__ = ["LinkGroup", "TopologySummary", "summarize", "bisection_bandwidth"]
+__all__ = ["LinkGroup", "TopologySummary", "summarize", "bisection_bandwidth", "diagram"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class TopologySummary:
     pcie_per_gpu_bytes_per_s: float
     bisection_bytes_per_s: float
     bisection_exact: bool
+    diagram: tuple[str, ...] = ()  # text drawing of tori (node interior, fabric); empty otherwise
 
 
 def summarize(cluster: ClusterGraph, *, exact_limit_nodes: int = 64) -> TopologySummary:
@@ -41,7 +43,7 @@ def summarize(cluster: ClusterGraph, *, exact_limit_nodes: int = 64) -> Topology
         groups[(link.kind, link.tier, link.bandwidth_bytes_per_s)] += 1
     links = [LinkGroup(k, t, n, bw) for (k, t, bw), n in sorted(groups.items())]
     gpu0 = "n0.gpu0"
-    nvlink = sum(link.bandwidth_bytes_per_s for link in cluster.out_links(gpu0) if link.kind == "nvlink")
+    nvlink = sum(link.bandwidth_bytes_per_s for link in cluster.out_links(gpu0) if link.kind in ("nvlink", "neuronlink"))
     pcie = sum(link.bandwidth_bytes_per_s for link in cluster.out_links(gpu0) if link.kind == "pcie")
     nic_bw = sum(link.bandwidth_bytes_per_s for link in cluster.links
                  if link.tier == "nic-up" and link.node == 0)
@@ -50,7 +52,21 @@ def summarize(cluster: ClusterGraph, *, exact_limit_nodes: int = 64) -> Topology
     bisection = bisection_bandwidth(cluster) if exact else _bisection_estimate(cluster, nic_bw)
     switches = sum(1 for v in cluster.vertices.values() if v.kind in ("leaf", "spine", "switch", "nvswitch"))
     return TopologySummary(cluster.description, cluster.world_size, cluster.n_nodes, cluster.gpu.name, switches, links,
-                           nvlink, network, pcie, bisection, exact)
+                           nvlink, network, pcie, bisection, exact, tuple(diagram(cluster)))
+
+
+def diagram(cluster: ClusterGraph) -> list[str]:
+    """Text drawings of the parts that are tori: a torus node interior, a torus fabric."""
+    lines: list[str] = []
+    intra = cluster.node_type.intra_node
+    if intra.kind == "torus" and intra.dims:
+        degree = len(neighbours(0, intra.dims))
+        lines.append(f"inside each node: {' x '.join(map(str, intra.dims))} torus of {cluster.gpu.name} devices "
+                     f"({degree} neighbours each, wraparound, dimension-order routing):")
+        lines += torus_grid(intra.dims, "gpu")
+    if cluster.scale_out is not None:
+        lines += cluster.scale_out.diagram(cluster)
+    return lines
 
 
 def bisection_bandwidth(cluster: ClusterGraph) -> float:
@@ -74,6 +90,8 @@ def bisection_bandwidth(cluster: ClusterGraph) -> float:
 
 
 def _bisection_estimate(cluster: ClusterGraph, node_nic_bw: float) -> float:
-    """Large fabrics: half the nodes' NIC bandwidth, reduced by the oversubscription."""
-    half = cluster.n_nodes // 2
-    return half * node_nic_bw / cluster.fabric.oversubscription
+    """Large fabrics: the fabric's own estimate (a switched fabric: half the nodes' NIC
+    bandwidth, reduced by the oversubscription)."""
+    if cluster.scale_out is None:
+        return (cluster.n_nodes // 2) * node_nic_bw
+    return cluster.scale_out.bisection_estimate_bytes_per_s(cluster, node_nic_bw)

@@ -6,21 +6,21 @@ can index loads by integer, plus the vertex metadata the router needs. The netwo
 ``link``) is built on first use, for analysis (bisection bandwidth) and for users.
 
 Vertex names: ``n{node}.gpu{i}``, ``n{node}.nvsw``, ``n{node}.pcie{k}``, ``n{node}.cpu{s}``,
-``n{node}.nic{j}``; fabric switches ``leaf{i}``, ``spine{j}``, ``rail{r}.leaf{g}``, ``switch``.
+``n{node}.nic{j}``; fabric switches ``leaf{i}``, ``spine{j}``, ``rail{r}.leaf{g}``, ``switch``, ``torus{node}``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 import networkx as nx
 
+from simulator.scenario.fabric import FabricSpec
 from simulator.scenario.hardware import GpuSpec, LinkKind, NodeTypeSpec, TransportSpec
-from simulator.scenario.spec import FabricSpec
 
-__all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind"]
+__all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind", "ScaleOut"]
 
 VertexKind = Literal["gpu", "nvswitch", "pcie", "cpu", "nic", "leaf", "spine", "switch"]
 
@@ -75,9 +75,8 @@ class ClusterGraph:
     _out: dict[str, list[int]] = field(default_factory=dict)
     _pair: dict[tuple[str, str], int] = field(default_factory=dict)
     _node_slots: dict[int, int] = field(default_factory=dict)
-    # filled by the fabric builder: the switch each NIC is cabled to, and spine lists
-    nic_leaf: dict[str, str] = field(default_factory=dict)
-    leaf_spines: dict[str, list[str]] = field(default_factory=dict)
+    # the built scale-out fabric (its own wiring state and NIC-to-NIC routing); None until built
+    scale_out: ScaleOut | None = None
     description: str = ""
     # extra latency per intra-node collective step, on top of NCCL's hop constants; set from a
     # measured profile's comm fits (simulator.cluster.comm_profile), 0 without one
@@ -143,6 +142,10 @@ class ClusterGraph:
         link_id = self._pair.get((src, dst))
         return None if link_id is None else self.links[link_id]
 
+    def link_id(self, src: str, dst: str) -> int:
+        """Id of the link from ``src`` to ``dst`` (KeyError when there is none)."""
+        return self._pair[(src, dst)]
+
     def out_links(self, vertex: str) -> list[Link]:
         return [self.links[i] for i in self._out.get(vertex, [])]
 
@@ -166,3 +169,15 @@ class ClusterGraph:
                 latency_s=link.latency_s,
             )
         return g
+
+
+class ScaleOut(Protocol):
+    """What the graph keeps of its scale-out fabric (a :class:`simulator.cluster.fabrics.Fabric`):
+    the router asks it for paths between NICs, ``dtsim topo`` for its bisection and drawing."""
+
+    def paths(self, cluster: ClusterGraph, src: tuple[int, int], dst: tuple[int, int], flow: int,
+              seed: int) -> list[tuple[list[int], float]]: ...
+
+    def bisection_estimate_bytes_per_s(self, cluster: ClusterGraph, node_nic_bytes_per_s: float) -> float: ...
+
+    def diagram(self, cluster: ClusterGraph) -> list[str]: ...

@@ -1,93 +1,196 @@
-"""Rank placement and process groups.
+"""Rank placement and process groups on a generic device mesh of named axes.
 
-Ranks are placed node-major (rank r on GPU r: node r // gpus_per_node). The parallel axes
-nest with tp innermost, then cp, pp and dp outermost (Megatron-Core's default order
-"tp-cp-ep-dp-pp" keeps tp innermost too; we put pp inside dp so that a pipeline's stages
-are consecutive nodes and each data-parallel replica is a contiguous block of ranks):
+A :class:`Mesh` is an ordered list of named axes with sizes, innermost first, in
+torchtitan's vocabulary (``tp``, ``cp``, ``ep``, ``pp``, ``dp_shard``, ``dp_replicate``). Ranks
+are placed node-major (rank r on GPU r: node r // gpus_per_node) and a rank's coordinate on
+each axis is a mixed-radix digit, the innermost axis varying fastest:
 
-    rank = tp_i + tp * (cp_i + cp * (pp_i + pp * dp_i))
+    rank = sum(coord[a] * stride[a]),  stride[a] = product of the sizes of the axes inside a
 
-so a TP group is ``tp`` consecutive ranks (one node when tp <= GPUs per node). Sharded
-data parallelism splits the dp axis: MiCS / HSDP partition (shard) groups are
-``shard_group_size`` consecutive dp indices, replication groups take the same index across
-partition groups (DeepSpeed ``_generate_mics_config``). Context-parallel ranks hold the same
-parameters, so gradients are reduced over dp x cp (Megatron's ``dp_cp`` group) and shard
-groups include the cp ranks (as torchtitan's ``dp_shard_cp`` mesh). The ``embedding`` group
-joins the first and last pipeline stage, which both hold the tied embedding matrix.
+:data:`MESH_AXES` puts tp innermost, then cp, pp, and the data-parallel axes outermost
+(Megatron-Core's default order "tp-cp-ep-dp-pp" keeps tp innermost too; we put pp inside dp
+so that a pipeline's stages are consecutive nodes and each data-parallel replica is a
+contiguous block of ranks). So a TP group is ``tp`` consecutive ranks (one node when tp <=
+GPUs per node). The data-parallel axis is split as torchtitan splits it: ``dp_shard``
+(MiCS / HSDP partition groups of ``shard_group_size`` consecutive dp indices) inside
+``dp_replicate`` (the same index across partition groups, DeepSpeed
+``_generate_mics_config``); without a group size ``dp_shard`` is the whole dp axis.
+
+A *process group* is named and varies a set of axes (:data:`GROUPS`), its ranks in ascending
+order. Context-parallel ranks hold the same parameters, so gradients are reduced over dp x
+cp (Megatron's ``dp_cp`` group) and the ``dp_shard`` group includes the cp ranks
+(torchtitan's ``dp_shard_cp`` mesh). The ``embedding`` group joins the first and last
+pipeline stage, which both hold the tied embedding matrix.
+
+Adding a parallel axis (expert parallelism) means adding it to :data:`MESH_AXES`, to
+:func:`mesh_for` and naming its groups in :data:`GROUPS`; nothing else here changes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Literal
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Literal
 
-__all__ = ["Mesh", "Axis"]
+if TYPE_CHECKING:
+    from simulator.scenario.spec import Scenario
 
+__all__ = ["Mesh", "Axis", "MESH_AXES", "GROUPS", "mesh_for"]
+
+# the mesh axes, innermost first
+MESH_AXES: tuple[str, ...] = ("tp", "cp", "pp", "dp_shard", "dp_replicate")
+
+# process groups by name: the axes each varies
+GROUPS: dict[str, tuple[str, ...]] = {
+    "tp": ("tp",),
+    "cp": ("cp",),
+    "tp_cp": ("tp", "cp"),
+    "pp": ("pp",),
+    "dp": ("dp_shard", "dp_replicate"),
+    "dp_cp": ("cp", "dp_shard", "dp_replicate"),
+    "dp_shard": ("cp", "dp_shard"),
+    "dp_replicate": ("dp_replicate",),
+    "world": MESH_AXES,
+}
+
+# the name of a process group: a key of GROUPS or of _SPECIAL_GROUPS
 Axis = Literal["tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_replicate", "tp_cp", "embedding", "world"]
 
 
-@dataclass(frozen=True)
 class Mesh:
-    tp: int
-    cp: int
-    pp: int
-    dp: int
-    shard_group_size: int | None = None  # hsdp / mics partition group size along dp
+    """Named axes with sizes (innermost first); coordinates and groups derived generically.
+
+    Groups are cached per (rank, name): strategies ask for the same groups many times.
+    """
+
+    def __init__(self, axes: Iterable[tuple[str, int]]) -> None:
+        self.axes: tuple[tuple[str, int], ...] = tuple((name, int(size)) for name, size in axes)
+        names = [a for a, _ in self.axes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"mesh axes repeat: {names}")
+        if any(size < 1 for _, size in self.axes):
+            raise ValueError(f"mesh axis sizes must be >= 1: {self.axes}")
+        self.sizes: dict[str, int] = dict(self.axes)
+        self.strides: dict[str, int] = {}
+        stride = 1
+        for name, size in self.axes:
+            self.strides[name] = stride
+            stride *= size
+        self.world: int = stride
+        self._groups: dict[tuple[int, str], tuple[int, ...]] = {}
+
+    @classmethod
+    def from_sizes(cls, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1,
+                   shard_group_size: int | None = None) -> Mesh:
+        """The standard mesh (:data:`MESH_AXES`) from the scenario's sizes; ``dp`` splits into
+        ``dp_shard = shard_group_size`` (default dp) inside ``dp_replicate = dp / dp_shard``."""
+        shard = shard_group_size or dp
+        if dp % shard:
+            raise ValueError(f"shard_group_size {shard} does not divide dp {dp}")
+        sizes = {"tp": tp, "cp": cp, "pp": pp, "dp_shard": shard, "dp_replicate": dp // shard}
+        return cls((name, sizes[name]) for name in MESH_AXES)
+
+    # sizes ---------------------------------------------------------------------------
+
+    def size(self, name: str) -> int:
+        """Size of an axis (1 for an axis this mesh lacks) or of a named group."""
+        if name in self.sizes:
+            return self.sizes[name]
+        if name in GROUPS:
+            return math.prod(self.sizes.get(a, 1) for a in GROUPS[name])
+        return 1
 
     @property
-    def world(self) -> int:
-        return self.tp * self.cp * self.pp * self.dp
+    def tp(self) -> int:
+        return self.size("tp")
+
+    @property
+    def cp(self) -> int:
+        return self.size("cp")
+
+    @property
+    def pp(self) -> int:
+        return self.size("pp")
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel replicas of the model (dp_shard x dp_replicate)."""
+        return self.size("dp")
 
     @property
     def slice_size(self) -> int:
-        """Ranks of one data-parallel replica (tp * cp * pp)."""
-        return self.tp * self.cp * self.pp
+        """Ranks of one data-parallel replica: the product of the axes inside the dp axes."""
+        return self.world // self.dp
 
-    def coords(self, rank: int) -> tuple[int, int, int, int]:
-        """(tp_i, cp_i, pp_i, dp_i) of a rank."""
-        tp_i, rest = rank % self.tp, rank // self.tp
-        cp_i, rest = rest % self.cp, rest // self.cp
-        pp_i, dp_i = rest % self.pp, rest // self.pp
-        return tp_i, cp_i, pp_i, dp_i
+    # coordinates -----------------------------------------------------------------------
 
-    def rank(self, tp_i: int, cp_i: int, pp_i: int, dp_i: int) -> int:
-        return tp_i + self.tp * (cp_i + self.cp * (pp_i + self.pp * dp_i))
+    def coord(self, rank: int, axis: str) -> int:
+        return (rank // self.strides[axis]) % self.sizes[axis] if axis in self.sizes else 0
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Coordinate of ``rank`` on every axis."""
+        return {name: (rank // self.strides[name]) % size for name, size in self.axes}
+
+    def moved(self, rank: int, **coords: int) -> int:
+        """The rank with the given axes' coordinates replaced (the others kept)."""
+        for axis, value in coords.items():
+            rank += (value - self.coord(rank, axis)) * self.strides[axis]
+        return rank
 
     def stage(self, rank: int) -> int:
-        return self.coords(rank)[2]
+        """The pipeline stage of a rank."""
+        return self.coord(rank, "pp")
 
-    def group(self, rank: int, axis: Axis) -> tuple[int, ...]:
-        """The ranks of ``rank``'s process group along ``axis``, in axis order."""
-        t, c, p, d = self.coords(rank)
-        if axis == "tp":
-            return tuple(self.rank(i, c, p, d) for i in range(self.tp))
-        if axis == "cp":
-            return tuple(self.rank(t, i, p, d) for i in range(self.cp))
-        if axis == "tp_cp":
-            return tuple(self.rank(i, j, p, d) for j in range(self.cp) for i in range(self.tp))
-        if axis == "pp":
-            return tuple(self.rank(t, c, i, d) for i in range(self.pp))
-        if axis == "dp":
-            return tuple(self.rank(t, c, p, i) for i in range(self.dp))
-        if axis == "dp_cp":
-            return tuple(self.rank(t, j, p, i) for i in range(self.dp) for j in range(self.cp))
-        if axis == "dp_shard":
-            # a partition (shard) group: shard_group_size consecutive dp indices, and every cp rank
-            size = self.shard_group_size or self.dp
-            start = d - d % size
-            return tuple(self.rank(t, j, p, i) for i in range(start, start + size) for j in range(self.cp))
-        if axis == "dp_replicate":
-            size = self.shard_group_size or self.dp
-            return tuple(self.rank(t, c, p, i) for i in range(d % size, self.dp, size))
-        if axis == "embedding":
-            first, last = self.rank(t, c, 0, d), self.rank(t, c, self.pp - 1, d)
-            return (first,) if first == last else (first, last)
-        if axis == "world":
-            return tuple(range(self.world))
-        raise ValueError(f"unknown axis {axis!r}")
+    # groups ----------------------------------------------------------------------------
 
-    @cached_property
+    def group(self, rank: int, name: str) -> tuple[int, ...]:
+        """The ranks of ``rank``'s process group ``name`` (:data:`GROUPS`), ascending."""
+        key = (rank, name)
+        found = self._groups.get(key)
+        if found is None:
+            special = _SPECIAL_GROUPS.get(name)
+            if special is not None:
+                found = special(self, rank)
+            elif name in GROUPS:
+                found = self.varying(rank, GROUPS[name])
+            else:
+                raise ValueError(f"unknown process group {name!r} (known: {', '.join([*GROUPS, *_SPECIAL_GROUPS])})")
+            self._groups[key] = found
+        return found
+
+    def varying(self, rank: int, axes: Iterable[str]) -> tuple[int, ...]:
+        """Ranks that share ``rank``'s coordinates on every axis but ``axes``, ascending."""
+        axes = [a for a in axes if self.sizes.get(a, 1) > 1]
+        base = rank - sum(self.coord(rank, a) * self.strides[a] for a in axes)
+        offsets = [[i * self.strides[a] for i in range(self.sizes[a])] for a in axes]
+        return tuple(sorted(base + sum(combo) for combo in itertools.product(*offsets)))
+
+    @property
     def stage_representatives(self) -> tuple[int, ...]:
-        """One rank per pipeline stage (tp_i = cp_i = dp_i = 0)."""
-        return tuple(self.rank(0, 0, p, 0) for p in range(self.pp))
+        """One rank per pipeline stage (every other coordinate 0)."""
+        return tuple(p * self.strides["pp"] for p in range(self.pp)) if "pp" in self.sizes else (0,)
+
+    def __repr__(self) -> str:
+        return "Mesh(" + ", ".join(f"{n}={s}" for n, s in self.axes) + ")"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mesh) and self.axes == other.axes
+
+    def __hash__(self) -> int:
+        return hash(self.axes)
+
+
+def _embedding_group(mesh: Mesh, rank: int) -> tuple[int, ...]:
+    first, last = mesh.moved(rank, pp=0), mesh.moved(rank, pp=mesh.pp - 1)
+    return (first,) if first == last else (first, last)
+
+
+# groups that are not a product of axes
+_SPECIAL_GROUPS: Mapping[str, Callable[[Mesh, int], tuple[int, ...]]] = {"embedding": _embedding_group}
+
+
+def mesh_for(scenario: Scenario) -> Mesh:
+    """The mesh of a validated scenario's parallel layout."""
+    par = scenario.parallelism
+    return Mesh.from_sizes(tp=par.tp, cp=par.cp, pp=par.pp, dp=scenario.dp, shard_group_size=par.shard_group_size)

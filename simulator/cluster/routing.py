@@ -2,13 +2,14 @@
 
 * Inside a node: the path of least 1/bandwidth that never transits another GPU or a NIC
   (GPUs cannot forward NVLink traffic; without a direct link, peers talk over PCIe/host).
+  On torus nodes (Trainium on NeuronLink) devices forward for each other and device-to-device
+  routes follow dimension order (:func:`simulator.cluster.fabrics.torus.dimension_order_hops`).
   Nodes are identical, so the path is computed once per (local src, local dst) and shifted.
 * Between nodes: GPU -> its NICs (the ones on its PCIe switch, else its socket, else all;
   traffic is split evenly over them, as NCCL spreads channels over a GPU's NICs) -> fabric
   -> the destination GPU's NICs -> GPU.
-* In the fabric, the transport's multipath policy picks spines: ``single`` (InfiniBand,
-  D-mod-k: spine = destination node mod spines), ``spray`` (EFA SRD: every spine, evenly),
-  ``ecmp`` (TCP: each of the connection's flows hashed onto one spine).
+* In the fabric, the cluster's scale-out :class:`~simulator.cluster.fabrics.Fabric` gives
+  the links between two NICs (leaf/spine multipath policies, torus dimension order, ...).
 
 A :class:`Route` is a tuple of ``(link_id, fraction)``: the fraction of the transfer's bytes
 that crosses the link. Routes are cached.
@@ -17,14 +18,17 @@ that crosses the link. Routes are cached.
 from __future__ import annotations
 
 import heapq
-import zlib
 from dataclasses import dataclass
 
+from simulator.cluster.fabrics.torus import dimension_order_hops
 from simulator.cluster.graph import ClusterGraph
 
 __all__ = ["Route", "Router", "HopClass"]
 
 HopClass = str  # "nvlink" | "pcie" | "net"
+
+# device-to-device link kinds: a path made only of these is in the "nvlink" hop class
+DEVICE_LINK_KINDS = frozenset({"nvlink", "neuronlink"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +48,6 @@ class Router:
         self._gpu_nics = {i: self._nics_for_gpu(i) for i in range(cluster.gpus_per_node)}
         self._routes: dict[tuple[int, int], Route] = {}
         self._intra_cache: dict[tuple[str, str], tuple[tuple[int, ...], HopClass, float]] = {}
-        self._nic_cache: dict[tuple[int, int], tuple[int, int, str]] = {}
-        self._spine_cache: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self._pair_cache: dict[tuple[int, int], list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]] = {}
 
     # -- helpers -------------------------------------------------------------------------
@@ -68,9 +70,30 @@ class Router:
         same_socket = [j for j, v in enumerate(nics) if v.socket == gpu.socket]
         return tuple(same_socket or range(len(nics)))
 
-    def _intra_offsets(self, src_local: str, dst_local: str) -> tuple[tuple[int, ...], HopClass, float]:
-        """Least-1/bandwidth path from n0.src to n0.dst as link slots; GPUs/NICs only at the ends."""
+    def _torus_slots(self, src_local: str, dst_local: str) -> list[int] | None:
+        """Dimension-order path between two devices of a torus node as link slots (None when
+        the node is no torus, an end is no device, or a hop's link is absent)."""
         c = self.cluster
+        intra = c.node_type.intra_node
+        if intra.kind != "torus" or intra.dims is None or not (src_local.startswith("gpu") and dst_local.startswith("gpu")):
+            return None
+        here = int(src_local[3:])
+        slots = []
+        for nxt in dimension_order_hops(here, int(dst_local[3:]), intra.dims):
+            link = c.link_between(f"n0.gpu{here}", f"n0.gpu{nxt}")
+            if link is None:
+                return None
+            slots.append(link.slot)
+            here = nxt
+        return slots
+
+    def _intra_offsets(self, src_local: str, dst_local: str) -> tuple[tuple[int, ...], HopClass, float]:
+        """Least-1/bandwidth path from n0.src to n0.dst as link slots; GPUs/NICs only at the ends
+        (torus nodes: dimension order between devices)."""
+        c = self.cluster
+        torus = self._torus_slots(src_local, dst_local)
+        if torus is not None:
+            return self._slots_info(torus)
         src, dst = f"n0.{src_local}", f"n0.{dst_local}"
         best: dict[str, float] = {src: 0.0}
         prev: dict[str, int] = {}
@@ -101,8 +124,13 @@ class Router:
             path.append(link.slot)
             v = link.src
         path.reverse()
+        return self._slots_info(path)
+
+    def _slots_info(self, path: list[int]) -> tuple[tuple[int, ...], HopClass, float]:
+        """(slots, hop class, latency) of a node-internal path given as link slots of node 0."""
+        c = self.cluster
         kinds = {c.links[self._node_base[0][s]].kind for s in path}
-        hop = "nvlink" if kinds == {"nvlink"} else "pcie"
+        hop = "nvlink" if kinds <= DEVICE_LINK_KINDS else "pcie"
         latency = sum(c.links[self._node_base[0][s]].latency_s for s in path)
         return tuple(path), hop, latency
 
@@ -117,44 +145,12 @@ class Router:
         base = self._node_base[node]
         return [base[s] for s in slots]
 
-    def _nic(self, node: int, nic: int) -> tuple[int, int, str]:
-        """(uplink id, downlink id, leaf) of a NIC, cached."""
-        key = (node, nic)
-        found = self._nic_cache.get(key)
-        if found is None:
-            c = self.cluster
-            name = f"n{node}.nic{nic}"
-            leaf = c.nic_leaf[name]
-            found = self._nic_cache[key] = (c._pair[(name, leaf)], c._pair[(leaf, name)], leaf)
-        return found
-
-    def _spines(self, leaf_a: str, leaf_b: str) -> list[tuple[int, int]]:
-        """(leaf_a -> spine, spine -> leaf_b) link ids for every spine, cached per leaf pair."""
-        key = (leaf_a, leaf_b)
-        found = self._spine_cache.get(key)
-        if found is None:
-            c = self.cluster
-            found = self._spine_cache[key] = [(c._pair[(leaf_a, sp)], c._pair[(sp, leaf_b)])
-                                              for sp in c.leaf_spines[leaf_a]]
-        return found
-
     def _fabric_paths(self, src: tuple[int, int], dst: tuple[int, int], flow: int) -> list[tuple[list[int], float]]:
         """Fabric links between two NICs ((node, nic) each) as (link ids, fraction) alternatives."""
-        up, _, leaf_a = self._nic(*src)
-        _, down, leaf_b = self._nic(*dst)
-        if leaf_a == leaf_b:
-            return [([up, down], 1.0)]
-        spines = self._spines(leaf_a, leaf_b)
-        policy = self.cluster.transport.multipath
-        if policy == "spray":
-            share = 1.0 / len(spines)
-            return [([up, a, b, down], share) for a, b in spines]
-        if policy == "ecmp":
-            key = f"{src[0]}.{src[1]}>{dst[0]}.{dst[1]}#{flow}@{self.seed}".encode()
-            a, b = spines[zlib.crc32(key) % len(spines)]
-        else:  # single: D-mod-k on the destination port (the destination NIC's global index)
-            a, b = spines[(dst[0] * self.cluster.node_type.nics.count + dst[1]) % len(spines)]
-        return [([up, a, b, down], 1.0)]
+        fabric = self.cluster.scale_out
+        if fabric is None:
+            raise ValueError("the cluster graph has no scale-out fabric built")
+        return fabric.paths(self.cluster, src, dst, flow, self.seed)
 
     # -- the route -----------------------------------------------------------------------
 

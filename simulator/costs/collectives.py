@@ -20,8 +20,8 @@ trees, NCCL's size-dependent tree correction. Latency:
 * nvls:  NCCL's NVLS latency (25 us);
 * direct (p2p, all-to-all): base + one hop.
 
-The textbook ring formula of REFERENCE.md §1.2 is the special case of one phase:
-``2(N-1)*alpha + 2(N-1)/N * D / B`` for all-reduce (``tests/test_costs_collectives.py``).
+The textbook ring formula of shared/REFERENCE.md §1.2 is the special case of one phase:
+``2(N-1)*alpha + 2(N-1)/N * D / B`` for all-reduce (``tests/test_collectives.py``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from simulator.costs.dtypes import nearest_precision
+
 __all__ = ["EfficiencyCurve", "ComputeProfile", "gemm_time_s", "attention_time_s", "memory_time_s", "roofline_time_s"]
 
 
@@ -79,7 +81,7 @@ class ComputeProfile:
     def _pick(table: dict[str, EfficiencyCurve], precision: str) -> EfficiencyCurve:
         if precision in table:
             return table[precision]
-        alias = {"fp16": "bf16", "bf16": "fp16", "tf32": "fp32", "fp8": "bf16"}.get(precision)
+        alias = nearest_precision(precision)
         if alias in table:
             return table[alias]
         return next(iter(table.values()))

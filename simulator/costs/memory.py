@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.costs.dtypes import bytes_per_element
+
 __all__ = [
     "bytes_per_element",
     "ModelStateBytes",
@@ -25,14 +27,8 @@ __all__ = [
     "layer_activation_bytes",
     "embedding_activation_bytes",
     "logits_activation_bytes",
+    "backward_workspace_bytes",
 ]
-
-_DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
-
-
-def bytes_per_element(dtype: str) -> int:
-    return _DTYPE_BYTES[dtype]
-
 
 @dataclass(frozen=True)
 class ModelStateBytes:
@@ -152,3 +148,18 @@ def logits_activation_bytes(
     entropy keeps (``4*s*b*V/t``; Megatron keeps the softmax in fp32 for the loss)."""
     sb = seq / cp * batch
     return act_bytes * sb * hidden / (tp if sequence_parallel else 1) + 4.0 * sb * vocab / tp
+
+
+def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp: str, tp: int, act_bytes: int,
+                             recomputed_layer_bytes: float = 0.0) -> float:
+    """Transient bytes of one transformer layer's backward on one rank.
+
+    The gradients of its largest activations: the MLP intermediate (``3F/t`` wide with
+    SwiGLU's gate, up and product, ``2F/t`` with GELU's input and output) and the layer's
+    input and output (``2h``), over the rank's ``tokens`` (b*s/cp): ``tokens * (ffn_width +
+    2h) * act_bytes``; plus ``recomputed_layer_bytes``, the layer's own activations rebuilt
+    by full recomputation while its backward runs (0 otherwise). An estimate of what the
+    caching allocator holds beyond the stored activations.
+    """
+    ffn_width = (3 if mlp == "swiglu" else 2) * ffn_hidden / tp
+    return tokens * (ffn_width + 2 * hidden) * act_bytes + recomputed_layer_bytes

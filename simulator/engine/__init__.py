@@ -7,7 +7,7 @@ import simpy
 from simulator.engine.comm import CommResolver, LinkClasses, Resolved
 from simulator.engine.core import Engine, EngineRun
 from simulator.engine.network import NETWORK_MODELS, NetworkModel, PhaseLoad, network_model, register_network_model
-from simulator.workload.tasks import Program
+from simulator.ir import Program
 
 __all__ = ["run_program", "Engine", "EngineRun", "NetworkModel", "PhaseLoad", "CommResolver", "LinkClasses",
            "Resolved", "NETWORK_MODELS", "network_model", "register_network_model"]

@@ -1,4 +1,4 @@
-"""From a :class:`~simulator.workload.tasks.CommOp` to what a network model runs.
+"""From a :class:`~simulator.ir.CommOp` to what a network model runs.
 
 The collective's algorithm and protocol are chosen as NCCL's tuner does (least modelled
 time for the issuing group alone); its flows come from the cluster's collective plans,
@@ -19,7 +19,7 @@ from simulator.cluster.graph import ClusterGraph
 from simulator.costs.collectives import Choice, NcclModel, bandwidth_factor, choose_algorithm
 from simulator.engine.link_classes import LinkClasses
 from simulator.engine.lowering import CommLowering, CommPhase, PhaseLoad, Resolved, lower_plans
-from simulator.workload.tasks import CommOp
+from simulator.ir import CommOp
 
 __all__ = ["LinkClasses", "CommResolver", "Resolved"]
 

@@ -1,4 +1,4 @@
-"""The discrete-event engine: runs a :class:`~simulator.workload.tasks.Program` on simpy.
+"""The discrete-event engine: runs a :class:`~simulator.ir.Program` on simpy.
 
 Bookkeeping is "busy-until" and callback driven (no simpy process or Resource per task):
 each (rank, stream) is an in-order queue with a cursor; a task starts when it is at its
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.costs.overlap import compute_rate
 from simulator.engine.comm import CommResolver, Resolved
 from simulator.engine.network import NetworkModel
-from simulator.workload.tasks import Program
+from simulator.ir import Program, is_host_copy
 
 __all__ = ["Engine", "EngineRun"]
 
@@ -34,7 +35,7 @@ class EngineRun:
     events: int
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: one entry per running task
 class _Running:
     """A compute task in progress: remaining work (seconds at full speed) and its current rate."""
 
@@ -70,7 +71,7 @@ class Engine:
         self.events = 0
         self.slowdown = slowdown
         self.in_flight: dict[int, int] = {}
-        self.running: dict[int, _Running] = {}
+        self.running: dict[int, list[_Running]] = {}  # rank -> compute tasks in progress
 
     # -- running -------------------------------------------------------------------------
 
@@ -130,7 +131,7 @@ class Engine:
         resolved = self.resolver.resolve(lead.comm)
         for t in task_ids:
             self.resolved[t] = resolved
-        if lead.comm.op not in ("d2h", "h2d"):  # copy engines, not SMs
+        if not is_host_copy(lead.comm.op):  # copy engines, not SMs
             for t in task_ids:
                 self._comm_started(self.program.tasks[t].rank)
         self.network.transfer(resolved, lambda: self._finish(task_ids))
@@ -138,16 +139,15 @@ class Engine:
     # -- compute slowed by collectives in flight on the same GPU --------------------------------
 
     def _rate(self, rank: int) -> float:
-        return 1.0 / (1.0 + self.slowdown) if self.in_flight.get(rank, 0) > 0 else 1.0
+        return compute_rate(self.slowdown, self.in_flight.get(rank, 0) > 0)
 
     def _start_compute(self, task_ids: list[int]) -> None:
         rank = self.program.tasks[task_ids[0]].rank
-        self.running[rank] = _Running(task_ids, self.program.tasks[task_ids[0]].duration_s, self.env.now,
-                                      self._rate(rank))
-        self._schedule_compute(rank)
+        run = _Running(task_ids, self.program.tasks[task_ids[0]].duration_s, self.env.now, self._rate(rank))
+        self.running.setdefault(rank, []).append(run)
+        self._schedule_compute(rank, run)
 
-    def _schedule_compute(self, rank: int) -> None:
-        run = self.running[rank]
+    def _schedule_compute(self, rank: int, run: _Running) -> None:
         run.version += 1
         version = run.version
         timeout = self.env.timeout(run.work / run.rate)
@@ -156,18 +156,17 @@ class Engine:
     def _compute_done(self, rank: int, run: _Running, version: int) -> None:
         if run.version != version:
             return
-        del self.running[rank]
+        self.running[rank].remove(run)
         self._finish(run.task_ids)
 
     def _rate_changed(self, rank: int) -> None:
-        run = self.running.get(rank)
-        if run is None:
-            return
         now = self.env.now
-        run.work = max(0.0, run.work - (now - run.since) * run.rate)
-        run.since = now
-        run.rate = self._rate(rank)
-        self._schedule_compute(rank)
+        rate = self._rate(rank)
+        for run in self.running.get(rank, ()):
+            run.work = max(0.0, run.work - (now - run.since) * run.rate)
+            run.since = now
+            run.rate = rate
+            self._schedule_compute(rank, run)
 
     def _comm_started(self, rank: int) -> None:
         count = self.in_flight.get(rank, 0)
@@ -185,7 +184,7 @@ class Engine:
         now = self.env.now
         touched: list[tuple[int, str]] = []
         lead = self.program.tasks[task_ids[0]]
-        if lead.comm is not None and lead.comm.op not in ("d2h", "h2d"):
+        if lead.comm is not None and not is_host_copy(lead.comm.op):
             for t in task_ids:
                 self._comm_ended(self.program.tasks[t].rank)
         for t in task_ids:

@@ -1,6 +1,6 @@
 """Lowering of one communication operation onto the cluster, as typed data.
 
-A :class:`~simulator.workload.tasks.CommOp` is lowered in two stages:
+A :class:`~simulator.ir.CommOp` is lowered in two stages:
 
 1. :func:`lower_plans` turns the collective plans of every process group the operation
    stands for (``CommOp.all_instances()``, the issuing group first; see
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cluster.collectives import CollectivePlan, Flow
+from simulator.cluster.collective_plan import CollectivePlan, Flow
 from simulator.costs.collectives import Choice
 
 __all__ = ["Flow", "GroupPhase", "CommPhase", "CommLowering", "PhaseLoad", "Resolved", "lower_plans"]

@@ -1,6 +1,6 @@
 """From trace rows to a :class:`Result`: step time, throughput, MFU, breakdown, memory.
 
-Definitions (ARCHITECTURE.md, conventions for results):
+Definitions (shared/ARCHITECTURE.md, conventions for results):
 
 * step time: the end of the last task of any rank (one iteration, slowest rank);
 * tokens/s = global batch * seq / step time; TFLOP/s per GPU = model FLOPs per step /

@@ -1,4 +1,4 @@
-"""The result of one simulation (CONTRACT.md ``simulator.Result``)."""
+"""The result of one simulation (shared/CONTRACT.md ``simulator.Result``)."""
 
 from __future__ import annotations
 

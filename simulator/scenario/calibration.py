@@ -1,70 +1,24 @@
-"""Compute (and communication) profiles: the YAML format and loading.
+"""Compute (and communication) profiles: the schemas and loading, kept under their old names.
 
-A profile holds the efficiency tables of the roofline compute model for one GPU (and,
-when measured with ``dtsim calibrate --comm``, alpha-beta fits of collectives). Built-in
-profiles live in ``topologies/calibration/builtin/<gpu>.yaml``; a scenario selects a
-measured one with ``cluster.calibration: PATH``.
+The schemas live in :mod:`simulator.catalog.profiles`; :meth:`simulator.catalog.Catalog.profile`
+reads a profile file (again whenever it changes). Built-in profiles live in
+``topologies/calibration/builtin/<gpu>.yaml``; a scenario selects a measured one with
+``cluster.calibration: PATH``.
 """
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import Field, ValidationError
-
-from simulator.datadirs import calibration_dir
-from simulator.scenario.types import FlopRate, Fraction, Frozen, Rate, Seconds
-from simulator.scenario.yamlio import error_from_validation, load_yaml, to_plain
+from simulator.catalog import Catalog, CommFit, CurveSpec, ProfileSpec, default_catalog
 
 __all__ = ["CurveSpec", "CommFit", "ProfileSpec", "load_profile_spec", "builtin_profile_path"]
 
 
-class CurveSpec(Frozen):
-    log10_flops: list[float] = Field(min_length=1)
-    efficiency: list[Fraction] = Field(min_length=1)
+def builtin_profile_path(gpu: str, catalog: Catalog | None = None) -> Path:
+    return (catalog or default_catalog()).builtin_profile_path(gpu)
 
 
-class CommFit(Frozen):
-    """alpha-beta fit of one collective measured with torch.distributed: t = alpha + n * beta."""
-
-    alpha_s: Seconds = Field(alias="alpha")
-    beta_s_per_byte: float = Field(alias="beta", ge=0)
-    ranks: int = Field(ge=2)
-    backend: str
-    bus_bandwidth_bytes_per_s: Rate | None = Field(None, alias="bus_bandwidth")
-
-
-class ProfileSpec(Frozen):
-    kind: Literal["dtsim-compute-profile"] = "dtsim-compute-profile"
-    version: int = 1
-    gpu: str | None = Field(None, description="catalog GPU the tables describe (None: a CPU or other device)")
-    device: str | None = None
-    calibrated: bool = False
-    memory_bandwidth_bytes_per_s: Rate | None = Field(None, alias="memory_bandwidth")
-    memory_efficiency: Fraction = 0.85
-    launch_overhead_s: Seconds = Field(4e-6, alias="launch_overhead")
-    sustained_compute_fraction: Fraction = Field(
-        1.0, description="tensor-core throughput in a long training run relative to the tables' short benchmarks")
-    peak_flops: dict[str, FlopRate] = Field(default_factory=dict)
-    gemm: dict[str, CurveSpec]
-    attention_fwd: dict[str, CurveSpec]
-    attention_bwd: dict[str, CurveSpec]
-    comm: dict[str, CommFit] = Field(default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    closed_loop: dict[str, Any] = Field(default_factory=dict)
-    sources: list[str] = Field(default_factory=list)
-
-
-def builtin_profile_path(gpu: str) -> Path:
-    return calibration_dir() / "builtin" / f"{gpu}.yaml"
-
-
-@cache
-def load_profile_spec(path: str) -> ProfileSpec:
-    root = load_yaml(path)
-    try:
-        return ProfileSpec.model_validate(to_plain(root))
-    except ValidationError as exc:
-        raise error_from_validation(exc, root=root, file=path, model=ProfileSpec) from None
+def load_profile_spec(path: str | Path, catalog: Catalog | None = None) -> ProfileSpec:
+    """The profile at ``path`` (read again when the file changes)."""
+    return (catalog or default_catalog()).profile(path)

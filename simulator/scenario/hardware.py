@@ -1,22 +1,33 @@
-"""Schemas of the hardware catalog in ``topologies/`` and the functions that load it.
+"""The hardware catalog's schemas and lookups, kept under their old names.
 
-The catalog is data: GPU specifications (``gpus.yaml``), node types (``nodes/*.yaml``),
-transports (``transports.yaml``) and NCCL's cost-model constants (``nccl.yaml``). These
-models define their format; ``simulator.cluster`` builds graphs from them.
+The schemas live in :mod:`simulator.catalog.hardware` and the data in a
+:class:`~simulator.catalog.Catalog`. The functions below take that catalog as an argument
+(default: :func:`~simulator.catalog.default_catalog`, which re-reads changed files); they
+hold no data themselves. ``cache_clear`` on them (from when they were ``functools.cache``
+functions) drops the default catalog.
 """
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
-
-from simulator.datadirs import topologies_dir
-from simulator.errors import ScenarioError
-from simulator.scenario.types import Bytes, FlopRate, Fraction, Frozen, Precision, Rate, Seconds
-from simulator.scenario.yamlio import error_from_validation, load_yaml
+from simulator.catalog import (
+    PCIE_X16_BYTES_PER_S,
+    Catalog,
+    GpuSpec,
+    IntraNodeSpec,
+    LinkKind,
+    NcclConstants,
+    NicSpec,
+    NodeTypeSpec,
+    NvlinkSpec,
+    PcieSpec,
+    PeakFlops,
+    TransportKind,
+    TransportSpec,
+    default_catalog,
+    forget_default_catalog,
+)
 
 __all__ = [
     "PeakFlops",
@@ -38,210 +49,38 @@ __all__ = [
     "PCIE_X16_BYTES_PER_S",
 ]
 
-TransportKind = Literal["infiniband", "efa", "ethernet-tcp"]
-LinkKind = Literal["nvlink", "pcie", "host", "infiniband", "efa", "ethernet-tcp"]
 
-# One direction of a x16 link: 8/16/32 GT/s x 16 lanes x 128/130 encoding / 8 bits
-# (PCIe 3.0/4.0/5.0 signalling rates; shared/REFERENCE.md §10.1).
-PCIE_X16_BYTES_PER_S: dict[int, float] = {3: 15.75e9, 4: 31.5e9, 5: 63.0e9}
+def gpu_catalog(catalog: Catalog | None = None) -> dict[str, GpuSpec]:
+    """GPU specs by name."""
+    return (catalog or default_catalog()).gpus
 
 
-class PeakFlops(Frozen):
-    """Dense tensor-core peak per precision in FLOP/s (``fp32`` is the non-tensor rate)."""
-
-    fp32: FlopRate | None = None
-    tf32: FlopRate | None = None
-    fp16: FlopRate | None = None
-    bf16: FlopRate | None = None
-    fp8: FlopRate | None = None
-
-    def of(self, precision: Precision) -> float | None:
-        return getattr(self, precision)  # type: ignore[no-any-return]
+def node_type_names(catalog: Catalog | None = None) -> list[str]:
+    return (catalog or default_catalog()).node_type_names()
 
 
-class NvlinkSpec(Frozen):
-    generation: int = Field(ge=1)
-    links: int = Field(ge=1)
-    bandwidth_bytes_per_s: Rate = Field(alias="bandwidth", description="one direction, all links of one GPU")
-    nccl_efficiency: Fraction = Field(description="bus bandwidth NCCL reaches / line rate, large ring collectives")
-    nvls: bool = Field(False, description="NVLink SHARP (in-switch reduction) supported")
-
-
-class GpuSpec(Frozen):
-    name: str
-    full_name: str
-    architecture: str
-    memory_bytes: Bytes = Field(alias="memory")
-    memory_bandwidth_bytes_per_s: Rate = Field(alias="memory_bandwidth")
-    peak_flops: PeakFlops
-    nvlink: NvlinkSpec | None = None
-    pcie_generation: int = Field(4, ge=3, le=6)
-    sm_count: int | None = None
-    sources: list[str] = Field(min_length=1)
-
-    def peak_flops_per_s(self, precision: Precision) -> float | None:
-        return self.peak_flops.of(precision)
-
-
-class IntraNodeSpec(Frozen):
-    kind: Literal["nvswitch", "nvlink-mesh", "pcie"]
-    nvls: bool = False
-    link_bandwidth_bytes_per_s: Rate | None = Field(
-        None, alias="link_bandwidth", description="nvlink-mesh: one NVLink brick, one direction"
-    )
-    nvlink_pairs: list[tuple[int, int, int]] | None = Field(
-        None, description="nvlink-mesh: [gpu_a, gpu_b, bricks] for every directly linked pair"
-    )
-
-
-class PcieSpec(Frozen):
-    generation: int = Field(ge=3, le=6)
-    switches: int = Field(ge=0, description="PCIe switches; 0 = GPUs and NICs hang off the CPU root ports")
-    cpu_sockets: int = Field(1, ge=1)
-
-    @property
-    def x16_bytes_per_s(self) -> float:
-        return PCIE_X16_BYTES_PER_S.get(self.generation, 63.0e9)
-
-
-class NicSpec(Frozen):
-    count: int = Field(ge=1)
-    bandwidth_bytes_per_s: Rate = Field(alias="bandwidth", description="one NIC, one direction")
-    transport: TransportKind
-    efficiency: Fraction | None = Field(
-        None, description="this node's NICs reach a different fraction of line rate than the transport's default "
-        "(e.g. an older NIC generation)")
-
-
-class NodeTypeSpec(Frozen):
-    name: str
-    description: str = ""
-    vendor: str = ""
-    gpu: str
-    gpus: int = Field(ge=1)
-    intra_node: IntraNodeSpec
-    pcie: PcieSpec
-    nics: NicSpec
-    host_memory_bytes: Bytes | None = Field(None, alias="host_memory")
-    host_memory_bandwidth_bytes_per_s: Rate | None = Field(None, alias="host_memory_bandwidth")
-    cpu_cores: int | None = None
-    sources: list[str] = Field(min_length=1)
-
-    @field_validator("intra_node")
-    @classmethod
-    def _mesh_needs_pairs(cls, value: IntraNodeSpec) -> IntraNodeSpec:
-        if value.kind == "nvlink-mesh" and (not value.nvlink_pairs or value.link_bandwidth_bytes_per_s is None):
-            raise ValueError("an nvlink-mesh node needs nvlink_pairs and link_bandwidth")
-        return value
-
-    @property
-    def network_bytes_per_s(self) -> float:
-        return self.nics.count * self.nics.bandwidth_bytes_per_s
-
-
-class TransportSpec(Frozen):
-    efficiency: Fraction
-    latency_s: Seconds = Field(alias="latency")
-    switch_latency_s: Seconds = Field(alias="switch_latency")
-    multipath: Literal["single", "spray", "ecmp"]
-    per_flow_cap_bytes_per_s: Rate | None = Field(None, alias="per_flow_cap")
-    flows_per_connection: int = Field(1, ge=1)
-    sources: list[str] = Field(min_length=1)
-
-
-class NcclConstants(Frozen):
-    """NCCL cost-model constants (``topologies/nccl.yaml``); latencies in seconds."""
-
-    base_latency: dict[str, dict[str, Seconds]]
-    hop_latency: dict[str, dict[str, dict[str, Seconds]]]
-    nvls_latency: Seconds
-    nvls_efficiency: Fraction
-    protocol_bandwidth: dict[str, dict[str, Fraction]]
-    ll_max_bytes: Bytes
-    ll128_max_bytes: Bytes
-    ring_plateau_factor: float = Field(ge=1)
-    tree_correction: dict[str, list[Fraction]]
-    simple_step_bytes: Bytes
-    overlap_compute_slowdown: float = Field(ge=0)
-
-
-# ----------------------------------------------------------------------------------------
-# loading
-
-
-def _validate(model: type[Frozen], data: Any, path: Path, root: Any, prefix: tuple[Any, ...] = ()) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise error_from_validation(exc, root=root, file=str(path), prefix=prefix) from None
-
-
-@cache
-def gpu_catalog() -> dict[str, GpuSpec]:
-    path = topologies_dir() / "gpus.yaml"
-    root = load_yaml(path)
-    gpus: dict[str, GpuSpec] = {}
-    for name, spec in (root.get("gpus") or {}).items():
-        data = {"name": name, **spec}
-        gpus[name] = _validate(GpuSpec, data, path, root, ("gpus", name))
-    return gpus
-
-
-def node_type_names() -> list[str]:
-    return sorted(p.stem for p in (topologies_dir() / "nodes").glob("*.yaml"))
-
-
-def node_type(name_or_path: str, base_dir: Path | None = None) -> NodeTypeSpec:
+def node_type(name_or_path: str, base_dir: Path | None = None, catalog: Catalog | None = None) -> NodeTypeSpec:
     """Look up a node type by catalog name, or load it from a YAML file path."""
-    path = _node_type_path(name_or_path, base_dir)
-    return _load_node_type(path)
+    return (catalog or default_catalog()).node_type(name_or_path, base_dir)
 
 
-def _node_type_path(name_or_path: str, base_dir: Path | None) -> Path:
-    catalog = topologies_dir() / "nodes" / f"{name_or_path}.yaml"
-    if catalog.is_file():
-        return catalog
-    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
-        path = Path(name_or_path)
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
-        if path.is_file():
-            return path
-        raise ScenarioError(f"node type file {str(path)!r} not found")
-    known = ", ".join(node_type_names())
-    raise ScenarioError(f"unknown node type {name_or_path!r} (known: {known}; or give a path to a node file)")
+def _load_node_type(path: Path, catalog: Catalog | None = None) -> NodeTypeSpec:
+    return (catalog or default_catalog()).node_type(str(path))
 
 
-@cache
-def _load_node_type(path: Path) -> NodeTypeSpec:
-    root = load_yaml(path)
-    spec: NodeTypeSpec = _validate(NodeTypeSpec, root, path, root)
-    if spec.gpu not in gpu_catalog():
-        known = ", ".join(sorted(gpu_catalog()))
-        raise ScenarioError(f"unknown GPU {spec.gpu!r} (known: {known})", field="gpu", file=str(path))
-    return spec
+def _transports(catalog: Catalog | None = None) -> dict[str, TransportSpec]:
+    return (catalog or default_catalog()).transports
 
 
-@cache
-def _transports() -> dict[str, TransportSpec]:
-    path = topologies_dir() / "transports.yaml"
-    root = load_yaml(path)
-    return {
-        name: _validate(TransportSpec, spec, path, root, ("transports", name))
-        for name, spec in (root.get("transports") or {}).items()
-    }
+def transport(kind: str, catalog: Catalog | None = None) -> TransportSpec:
+    """The transport ``kind`` (``infiniband``, ``efa``, ``ethernet-tcp``, ``pcie``)."""
+    return (catalog or default_catalog()).transport(kind)
 
 
-def transport(kind: str) -> TransportSpec:
-    specs = _transports()
-    if kind not in specs:
-        raise ScenarioError(f"unknown transport {kind!r} (known: {', '.join(sorted(specs))})")
-    return specs[kind]
+def nccl_constants(catalog: Catalog | None = None) -> NcclConstants:
+    """NCCL cost-model constants (``topologies/nccl.yaml``)."""
+    return (catalog or default_catalog()).nccl
 
 
-@cache
-def nccl_constants() -> NcclConstants:
-    path = topologies_dir() / "nccl.yaml"
-    root = load_yaml(path)
-    constants: NcclConstants = _validate(NcclConstants, root, path, root)
-    return constants
+for _fn in (gpu_catalog, _load_node_type, _transports, nccl_constants):
+    _fn.cache_clear = forget_default_catalog  # type: ignore[union-attr]

@@ -1,4 +1,9 @@
-"""Reading scenario files: YAML 1.2, ``--set`` overrides, and located error messages."""
+"""Reading scenario files: YAML 1.2, ``--set`` overrides, reference resolution, located error messages.
+
+:func:`load_scenario` reads the file, applies the overrides, resolves every reference
+(model preset, node type, GPU, cluster file, calibration path) through a catalog with
+:func:`resolve_references`, and only then validates: validation itself reads no file.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from simulator.catalog import Catalog, default_catalog
 from simulator.errors import ScenarioError
+from simulator.scenario.model import resolve_model
+from simulator.scenario.resolve import resolve_cluster
 from simulator.scenario.spec import Scenario
-from simulator.scenario.yamlio import error_from_validation, line_of, load_mapping, parse_yaml_text, to_plain
+from simulator.yamlio import error_from_validation, line_of, load_mapping, parse_yaml_text, to_plain
 
-__all__ = ["load_scenario", "scenario_from_mapping", "apply_overrides", "parse_override"]
+__all__ = ["load_scenario", "scenario_from_mapping", "resolve_references", "apply_overrides", "parse_override"]
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
@@ -58,6 +66,18 @@ def _override_for(loc: str | None, applied: dict[tuple[str, ...], str]) -> str |
     return None
 
 
+def resolve_references(data: dict[str, Any], catalog: Catalog, base_dir: Path | None = None) -> dict[str, Any]:
+    """A copy of the scenario mapping ``data`` with its model preset merged in and its
+    cluster's files read and names looked up in ``catalog`` (paths relative to ``base_dir``).
+    ``Scenario.model_validate`` of the result reads no file."""
+    data = dict(data)
+    if "model" in data:
+        data["model"] = resolve_model(data["model"], catalog)
+    if "cluster" in data:
+        data["cluster"] = resolve_cluster(data["cluster"], catalog, base_dir)
+    return data
+
+
 def scenario_from_mapping(
     data: dict[str, Any],
     *,
@@ -65,12 +85,16 @@ def scenario_from_mapping(
     file: str | None = None,
     base_dir: Path | None = None,
     applied: dict[tuple[str, ...], str] | None = None,
+    catalog: Catalog | None = None,
 ) -> Scenario:
-    """Validate a plain mapping into a :class:`Scenario`, turning errors into one located line."""
+    """Resolve and validate a plain mapping into a :class:`Scenario`, turning errors into one
+    located line. ``catalog``: where names are looked up (default: the default catalog)."""
     applied = applied or {}
-    context = {"base_dir": str(base_dir) if base_dir else None}
+    catalog = catalog or default_catalog()
+    context = {"base_dir": str(base_dir) if base_dir else None, "catalog": catalog}
     try:
-        return Scenario.model_validate(data, context=context)
+        resolved = resolve_references(data, catalog, base_dir)
+        return Scenario.model_validate(resolved, context=context)
     except ValidationError as exc:
         error = error_from_validation(exc, root=root, file=file, model=Scenario)
     except ScenarioError as exc:
@@ -105,12 +129,16 @@ def _override_paths_from_cwd(data: dict[str, Any], applied: dict[tuple[str, ...]
                 section[path[1]] = str(candidate.resolve())
 
 
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | None = None) -> Scenario:
-    """Load, override and validate a scenario file (CONTRACT.md: ``simulator.load_scenario``)."""
+def load_scenario(
+    path: str | Path, overrides: list[str] | tuple[str, ...] | None = None, *, catalog: Catalog | None = None
+) -> Scenario:
+    """Load, override, resolve and validate a scenario file (shared/CONTRACT.md: ``simulator.load_scenario``);
+    ``catalog``: where node types, GPUs and presets are looked up (default: the default catalog)."""
     path = Path(path)
     root = load_mapping(path, "a scenario (model, cluster, parallelism, training, sim)")
     data = to_plain(root)
     applied = apply_overrides(data, list(overrides or []))
     _override_paths_from_cwd(data, applied)
-    return scenario_from_mapping(data, root=root, file=str(path), base_dir=path.resolve().parent, applied=applied)
+    return scenario_from_mapping(data, root=root, file=str(path), base_dir=path.resolve().parent, applied=applied,
+                                 catalog=catalog)
 

@@ -2,35 +2,31 @@
 
 A scenario names a preset (``model: gpt3-175b``) or starts from one and overrides fields
 (``model: {preset: llama3-8b, seq_len: 4096}``). The preset file holds the same fields as
-the ``model`` section plus ``name`` and ``source``.
+the ``model`` section plus ``name`` and ``source``. The files are read by a
+:class:`~simulator.catalog.Catalog`; these functions take one (default: the default catalog).
 """
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
-from simulator.datadirs import models_dir
-from simulator.errors import ScenarioError
-from simulator.scenario.yamlio import load_mapping, to_plain
+from simulator.catalog import Catalog, default_catalog, forget_default_catalog
 
 __all__ = ["preset_names", "load_preset"]
 
 
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in models_dir().glob("*.yaml"))
+def preset_names(catalog: Catalog | None = None) -> list[str]:
+    return (catalog or default_catalog()).preset_names()
 
 
-@cache
-def _load(name: str) -> tuple[dict[str, Any], Any, str]:
-    path = models_dir() / f"{name}.yaml"
-    if not path.is_file():
-        raise ScenarioError(f"unknown model preset {name!r} (known: {', '.join(preset_names())})", field="model")
-    root = load_mapping(path, "a model preset (layers, hidden, heads, ...)")
-    return to_plain(root), root, str(path)
+def _load(name: str, catalog: Catalog | None = None) -> tuple[dict[str, Any], Any, str]:
+    preset = (catalog or default_catalog()).preset(name)
+    return preset.data, preset.root, preset.path
 
 
-def load_preset(name: str) -> tuple[dict[str, Any], Any, str]:
+_load.cache_clear = forget_default_catalog  # type: ignore[attr-defined]
+
+
+def load_preset(name: str, catalog: Catalog | None = None) -> tuple[dict[str, Any], Any, str]:
     """The preset's fields (a fresh dict), its round-trip YAML (for line numbers) and its path."""
-    data, root, path = _load(name)
-    return dict(data), root, path
+    return _load(name, catalog)

@@ -1,4 +1,4 @@
-"""The scenario format (CONTRACT.md): model + cluster + parallelism + training + sim.
+"""The scenario format (shared/CONTRACT.md): model + cluster + parallelism + training + sim.
 
 Every model is closed (``extra="forbid"``), frozen, and validated field by field; the
 cross-field rules at the end of :class:`Scenario` (the parallel layout must tile the
@@ -6,6 +6,13 @@ cluster, tp must divide the heads, the batch must split into micro-batches, ...)
 :class:`~simulator.errors.InfeasibleError` naming the field to change.
 
 Quantities are stored in SI units; files may write them with units (``"400Gbps"``).
+The ``model`` and ``parallelism`` sections live in their own modules and are re-exported here.
+
+Validation reads no file once references are resolved: :mod:`simulator.scenario.loader`
+resolves model presets and the cluster's node type, GPU, cluster file and calibration path
+first (:mod:`simulator.scenario.resolve`), and a mapping given straight to
+``Scenario.model_validate`` is resolved the same way, through the catalog given as
+``context={"catalog": ...}`` or the default one.
 """
 
 from __future__ import annotations
@@ -14,17 +21,26 @@ import hashlib
 import json
 import math
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from simulator.errors import InfeasibleError, ScenarioError
+from simulator.fields import Frozen, Precision
 from simulator.scenario import hardware
-from simulator.scenario.presets import load_preset
-from simulator.scenario.types import Bytes, Fraction, Frozen, Precision, Rate, Seconds
-from simulator.scenario.yamlio import error_from_validation, load_mapping, to_plain
-from simulator.units import MiB
+from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
+from simulator.scenario.model import ModelSpec
+from simulator.scenario.parallelism import (
+    DdpOptions,
+    FsdpOptions,
+    MicsOptions,
+    ParallelismSpec,
+    PipelineSchedule,
+    Sharding,
+    ZeroOptions,
+)
+from simulator.scenario.resolve import base_dir_in, catalog_in, is_catalog_name, is_resolved_cluster, resolve_cluster
 
 __all__ = [
     "ModelSpec",
@@ -43,126 +59,11 @@ __all__ = [
     "PipelineSchedule",
 ]
 
-Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp", "mics"]
 Recompute = Literal["none", "selective", "full"]
-PipelineSchedule = Literal["gpipe", "1f1b", "interleaved"]
-
-
-def _base_dir(info: ValidationInfo) -> Path:
-    context = info.context or {}
-    return Path(context.get("base_dir") or Path.cwd())
-
-
-def _resolve_path(value: str, base: Path) -> str:
-    path = Path(value).expanduser()
-    return str(path if path.is_absolute() else (base / path).resolve())
-
-
-# ----------------------------------------------------------------------------------------
-# model
-
-
-class ModelSpec(Frozen):
-    """A decoder (or encoder) transformer: the parallelism-agnostic shape of the network."""
-
-    name: str | None = Field(None, description="free text, e.g. 'GPT-3 175B'")
-    preset: str | None = Field(None, description="preset in scenarios/models/ that the fields below override")
-    layers: PositiveInt = Field(description="transformer blocks")
-    hidden: PositiveInt = Field(description="model width h")
-    heads: PositiveInt = Field(description="attention heads a")
-    kv_heads: PositiveInt | None = Field(None, description="key/value heads (GQA when < heads); default = heads")
-    ffn_hidden: PositiveInt | None = Field(None, description="MLP inner width; default = 4 * hidden")
-    seq_len: PositiveInt = Field(description="sequence length s in tokens")
-    vocab: PositiveInt = Field(description="vocabulary size V")
-    mlp: Literal["gelu", "swiglu"] = Field("gelu", description="gelu: 2 matrices; swiglu: 3 (gate, up, down)")
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    position_embedding: Literal["learned", "rotary"] = Field(
-        "learned", description="learned: a seq_len x hidden table; rotary: no parameters"
-    )
-    tied_embeddings: bool = Field(True, description="output projection shares the input embedding matrix")
-    causal: bool = Field(True, description="causal (decoder) attention; false for BERT-style encoders")
-    bias: bool = Field(True, description="linear layers and norms carry bias vectors")
-    dropout: bool = Field(True, description="dropout after attention and MLP (stores 1-byte masks)")
-    source: str | None = Field(None, description="citation for the architecture")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _resolve_preset(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = {"preset": value}
-        if not isinstance(value, dict) or not value.get("preset"):
-            return _fill_model_defaults(value)
-        name = value["preset"]
-        if not isinstance(name, str):
-            raise ValueError("preset must be a preset name")
-        data, root, path = load_preset(name)
-        data.setdefault("preset", name)
-        try:
-            ModelSpec.model_validate(_fill_model_defaults({**data, "preset": None}))
-        except ValidationError as exc:
-            raise error_from_validation(exc, root=root, file=path, model=ModelSpec) from None
-        overrides = {k: v for k, v in value.items() if k != "preset"}
-        merged = {**data, **overrides, "preset": name}
-        # an explicit override of heads without kv_heads keeps MHA semantics of the override
-        return _fill_model_defaults(merged)
-
-    @model_validator(mode="after")
-    def _shapes(self) -> ModelSpec:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}")
-        if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(f"heads={self.heads} is not divisible by kv_heads={self.kv_heads}")
-        return self
-
-    @property
-    def n_kv_heads(self) -> int:
-        return self.kv_heads or self.heads
-
-    @property
-    def ffn(self) -> int:
-        return self.ffn_hidden or 4 * self.hidden
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def label(self) -> str:
-        return self.name or self.preset or f"{self.layers}L-{self.hidden}h"
-
-
-def _fill_model_defaults(value: Any) -> Any:
-    if isinstance(value, dict):
-        value = dict(value)
-        if value.get("kv_heads") is None and "heads" in value:
-            value["kv_heads"] = value["heads"]
-        if value.get("ffn_hidden") is None and isinstance(value.get("hidden"), int):
-            value["ffn_hidden"] = 4 * value["hidden"]
-    return value
 
 
 # ----------------------------------------------------------------------------------------
 # cluster
-
-
-class FabricSpec(Frozen):
-    """The scale-out network between nodes."""
-
-    kind: Literal["fat-tree", "rail-optimized", "single-switch"] = Field(
-        "fat-tree",
-        description="fat-tree: leaf/spine Clos; rail-optimized: NIC i of every node on rail-leaf i; "
-        "single-switch: every NIC on one non-blocking switch",
-    )
-    oversubscription: float = Field(1.0, ge=1.0, description="leaf downlink / uplink capacity (1 = non-blocking)")
-    switch_radix: int = Field(64, ge=4, description="ports per switch; half face down on leaves")
-    nodes_per_leaf: PositiveInt | None = Field(None, description="default: (switch_radix / 2) / NICs per node")
-    spines: PositiveInt | None = Field(None, description="spine switches; default: the leaf's uplink port count")
-    transport: hardware.TransportKind | None = Field(None, description="override the node type's NIC transport")
-    nic_bandwidth_bytes_per_s: Rate | None = Field(
-        None, alias="nic_bandwidth", description="override the bandwidth of each NIC, e.g. '400Gbps'"
-    )
-    latency_s: Seconds | None = Field(None, alias="latency", description="override the transport's message latency")
-    efficiency: Fraction | None = Field(None, description="override the transport's large-message efficiency")
 
 
 class ClusterSpec(Frozen):
@@ -173,68 +74,50 @@ class ClusterSpec(Frozen):
     gpu: str | None = Field(None, description="override the node's GPU type")
     gpus_per_node: PositiveInt | None = Field(None, description="use only this many GPUs of each node")
     calibration: str | None = Field(None, description="compute/communication profile YAML (dtsim calibrate)")
-    fabric: FabricSpec = Field(default_factory=FabricSpec)
+    fabric: FabricSpec = Field(default_factory=FatTreeFabric)
     topology: str | None = Field(None, description="a cluster file holding these same keys instead")
+
+    node_type: SkipJsonSchema[hardware.NodeTypeSpec] = Field(
+        exclude=True, description="the node type spec: resolved from node (not written in files)")
+    gpu_spec: SkipJsonSchema[hardware.GpuSpec] = Field(
+        exclude=True, description="the GPU spec: resolved from gpu or the node type (not written in files)")
+
+    @field_validator("fabric", mode="before")
+    @classmethod
+    def _default_fabric_kind(cls, value: Any) -> Any:
+        return with_default_kind(value)
 
     @model_validator(mode="before")
     @classmethod
-    def _load_topology_file(cls, value: Any, info: ValidationInfo) -> Any:
-        if not isinstance(value, dict):
+    def _resolve(cls, value: Any, info: ValidationInfo) -> Any:
+        """Resolve names and paths through the context's catalog (no-op on resolved data)."""
+        if is_resolved_cluster(value):
             return value
-        base = _base_dir(info)
-        value = dict(value)
-        if value.get("topology"):
-            path = Path(_resolve_path(str(value["topology"]), base))
-            root = load_mapping(path, "a cluster file (node, nodes, fabric, ...)")
-            data = to_plain(root)
-            if "topology" in data:
-                raise ScenarioError("a cluster file cannot name another topology", field="topology", file=str(path))
-            file_fabric = data.pop("fabric", {}) or {}
-            for key in ("node", "calibration"):
-                if isinstance(data.get(key), str) and not hardware_node_name(data[key], key):
-                    data[key] = _resolve_path(data[key], path.parent)
-            own_fabric = value.pop("fabric", {}) or {}
-            value = {**data, **value, "topology": str(path), "fabric": {**file_fabric, **own_fabric}}
-        for key in ("node", "calibration"):
-            if isinstance(value.get(key), str) and not hardware_node_name(value[key], key):
-                value[key] = _resolve_path(value[key], base)
-        return value
+        return resolve_cluster(value, catalog_in(info), base_dir_in(info))
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
-        if not self.node:
-            raise ScenarioError("cluster.node is required (a node type such as 'p4d.24xlarge', or a file)",
-                                field="cluster.node")
         if self.nodes is None:
             raise ScenarioError("required field is missing", field="cluster.nodes")
-        try:
-            node = self.node_type
-        except ScenarioError as exc:
-            raise ScenarioError(exc.message, field="cluster.node") from None
-        gpus = hardware.gpu_catalog()
-        if self.gpu is not None and self.gpu not in gpus:
-            raise ScenarioError(f"unknown GPU {self.gpu!r} (known: {', '.join(sorted(gpus))})", field="cluster.gpu")
+        node = self.node_type
         if self.gpus_per_node is not None and self.gpus_per_node > node.gpus:
             raise ScenarioError(
                 f"gpus_per_node={self.gpus_per_node} but a {node.name} node has {node.gpus} GPUs",
                 field="cluster.gpus_per_node",
             )
-        if self.calibration is not None and not Path(self.calibration).is_file():
-            raise ScenarioError(f"calibration profile {self.calibration!r} not found", field="cluster.calibration")
+        if isinstance(self.fabric, TorusFabric) and self.fabric.nodes != self.nodes:
+            dims = " x ".join(str(d) for d in self.fabric.dims)
+            raise ScenarioError(f"a {dims} torus holds {self.fabric.nodes} nodes but cluster.nodes = {self.nodes}; "
+                                "the product of dims must equal the node count", field="cluster.fabric.dims")
         return self
 
-    @cached_property
-    def node_type(self) -> hardware.NodeTypeSpec:
-        assert self.node is not None
-        return hardware.node_type(self.node)
+    def __hash__(self) -> int:
+        # the resolved specs hold lists; the written fields (and the node and GPU they name) identify a cluster
+        return hash(self.model_dump_json())
 
     @property
     def gpu_name(self) -> str:
         return self.gpu or self.node_type.gpu
-
-    @property
-    def gpu_spec(self) -> hardware.GpuSpec:
-        return hardware.gpu_catalog()[self.gpu_name]
 
     @property
     def n_nodes(self) -> int:
@@ -252,85 +135,7 @@ class ClusterSpec(Frozen):
 
 def hardware_node_name(value: str, key: str) -> bool:
     """True when ``value`` is a catalog name rather than a path (only ``node`` has a catalog)."""
-    if key != "node":
-        return False
-    return not (value.endswith((".yaml", ".yml")) or "/" in value)
-
-
-# ----------------------------------------------------------------------------------------
-# parallelism
-
-
-class DdpOptions(Frozen):
-    """PyTorch DistributedDataParallel (sharding: none)."""
-
-    bucket_size_bytes: Bytes = Field(25 * MiB, alias="bucket_size", description="bucket_cap_mb (PyTorch default 25 MiB)")
-    first_bucket_size_bytes: Bytes = Field(
-        1 * MiB, alias="first_bucket_size", description="dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB)"
-    )
-    gradient_as_bucket_view: bool = Field(
-        False, description="False (PyTorch default): buckets are copies, costing one more gradient-sized buffer"
-    )
-    overlap: bool = Field(
-        True, description="start each bucket's all-reduce when its gradients are ready (PyTorch DDP, Megatron "
-        "--overlap-grad-reduce); false: all-reduce after the whole backward (Megatron-LM before 2023)"
-    )
-
-
-class ZeroOptions(Frozen):
-    """DeepSpeed ZeRO knobs (counts are in elements, as in DeepSpeed's config)."""
-
-    reduce_bucket_size: PositiveInt = Field(500_000_000, description="elements per gradient reduction bucket")
-    allgather_bucket_size: PositiveInt = Field(500_000_000, description="elements per stage-1/2 parameter all-gather")
-    prefetch_bucket_size: PositiveInt = Field(50_000_000, description="stage3_prefetch_bucket_size (elements)")
-    param_persistence_threshold: PositiveInt = Field(100_000, description="stage3: smaller params stay unpartitioned")
-    max_live_parameters: PositiveInt = Field(1_000_000_000, description="stage3_max_live_parameters (elements)")
-    overlap_comm: bool | None = Field(None, description="None = DeepSpeed default (True for stage 3 only)")
-    gradient_reduction: Literal["allreduce", "reduce_scatter"] = Field(
-        "allreduce", description="stage 1/2: DeepSpeed all-reduces multi-rank buckets (default); reduce_scatter is "
-        "Megatron's distributed optimizer"
-    )
-
-
-class FsdpOptions(Frozen):
-    """PyTorch FSDP knobs (sharding: fsdp / hsdp)."""
-
-    reshard_after_forward: bool = Field(True, description="True: FULL_SHARD; False: SHARD_GRAD_OP")
-    backward_prefetch: Literal["pre", "post", "none"] = Field("pre", description="BackwardPrefetch.BACKWARD_PRE default")
-    forward_prefetch: bool = False
-    limit_all_gathers: bool = Field(True, description="rate limiter: at most two FSDP units' parameters in flight")
-
-
-class MicsOptions(Frozen):
-    hierarchical_params_gather: bool = Field(
-        False, description="mics_hierarchical_params_gather: inter-node all-gather, copy, intra-node all-gather"
-    )
-
-
-class ParallelismSpec(Frozen):
-    """How the model is split: tensor, context, pipeline and data parallel sizes, and sharding."""
-
-    tp: PositiveInt = Field(1, description="tensor-parallel size (Megatron), innermost rank axis")
-    pp: PositiveInt = Field(1, description="pipeline stages")
-    dp: PositiveInt | Literal["auto"] = Field("auto", description="data-parallel size; auto = world / (tp*pp*cp)")
-    cp: PositiveInt = Field(1, description="context-parallel size (sequence split across ranks)")
-    sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (with tp > 1)")
-    pipeline_schedule: PipelineSchedule = "1f1b"
-    virtual_stages: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved only)")
-    stage_layers: list[PositiveInt] | None = Field(
-        None, description="explicit layers per (virtual) pipeline stage, first to last; default: even split"
-    )
-    sharding: Sharding = Field("none", description="none = DDP; zero1/2/3 = DeepSpeed; fsdp/hsdp = PyTorch; mics")
-    shard_group_size: PositiveInt | None = Field(None, description="hsdp / mics: ranks holding one model replica")
-    offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer states and step on the CPU")
-    tp_overlap: bool = Field(True, description="overlap the backward TP collective with the weight-gradient GEMM")
-    tp_comm_overlap: bool = Field(
-        False, description="Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): every TP all-gather "
-        "and reduce-scatter pipelined with the GEMM it feeds or follows; needs sequence_parallel")
-    ddp: DdpOptions = Field(default_factory=DdpOptions)
-    zero: ZeroOptions = Field(default_factory=ZeroOptions)
-    fsdp: FsdpOptions = Field(default_factory=FsdpOptions)
-    mics: MicsOptions = Field(default_factory=MicsOptions)
+    return is_catalog_name(value, key)
 
 
 class TrainingSpec(Frozen):

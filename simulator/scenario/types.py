@@ -1,17 +1,18 @@
-"""Shared pydantic building blocks: the frozen base model and unit-carrying field types.
+"""Unit-carrying field types and the frozen base model, re-exported from :mod:`simulator.fields`
+(they moved there so that :mod:`simulator.catalog` can use them without importing the scenario)."""
 
-Fields that hold a physical quantity accept either a plain number in SI base units or a
-string with a unit (``"400Gbps"``, ``"80GiB"``, ``"2us"``); they are stored as SI floats.
-"""
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
-
-from simulator import units
+from simulator.fields import (
+    PRECISIONS,
+    Bytes,
+    FlopRate,
+    Fraction,
+    Frozen,
+    PositiveBytes,
+    PositiveRate,
+    Precision,
+    Rate,
+    Seconds,
+)
 
 __all__ = [
     "Frozen",
@@ -25,41 +26,3 @@ __all__ = [
     "PRECISIONS",
     "Fraction",
 ]
-
-Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
-
-
-class Frozen(BaseModel):
-    """Base of every scenario and catalog model: closed (unknown keys are errors) and immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-def _unit_field(parser: Callable[[Any], float], kind: str, example: str) -> Any:
-    def parse(value: Any) -> Any:
-        if value is None:
-            return None
-        return parser(value)
-
-    schema = {
-        "anyOf": [
-            {"type": "number"},
-            {"type": "string", "description": f"{kind} with a unit, e.g. {example}"},
-        ]
-    }
-    return BeforeValidator(parse), WithJsonSchema(schema)
-
-
-_bytes = _unit_field(units.parse_bytes, "size", "'80GiB' (B = byte, b = bit)")
-_rate = _unit_field(units.parse_rate, "rate", "'400Gbps' or '25GB/s' (b = bit, B = byte)")
-_time = _unit_field(units.parse_time, "time", "'2us'")
-_flop_rate = _unit_field(units.parse_flop_rate, "FLOP rate", "'312TFLOPS'")
-
-Bytes = Annotated[float, _bytes[0], _bytes[1], Field(ge=0)]
-PositiveBytes = Annotated[float, _bytes[0], _bytes[1], Field(gt=0)]
-Rate = Annotated[float, _rate[0], _rate[1], Field(gt=0)]
-PositiveRate = Rate
-Seconds = Annotated[float, _time[0], _time[1], Field(ge=0)]
-FlopRate = Annotated[float, _flop_rate[0], _flop_rate[1], Field(gt=0)]
-Fraction = Annotated[float, Field(gt=0, le=1)]

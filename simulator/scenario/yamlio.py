@@ -1,208 +1,24 @@
-"""YAML 1.2 loading with line numbers, and turning validation errors into one-line messages.
+"""YAML loading with line numbers and located errors, re-exported from :mod:`simulator.yamlio`
+(it moved there so that :mod:`simulator.catalog` can read its files without importing the scenario)."""
 
-Files are read with ruamel.yaml's round-trip loader, which remembers where every key and
-item came from; :func:`line_of` walks a field path through that structure so an error can
-name ``file:line: field: message``.
-"""
+from simulator.yamlio import (
+    dotted,
+    error_from_validation,
+    exc_model,
+    line_of,
+    load_mapping,
+    load_yaml,
+    parse_yaml_text,
+    to_plain,
+)
 
-from __future__ import annotations
-
-import contextlib
-import difflib
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
-
-from simulator.errors import ScenarioError
-
-__all__ = ["load_yaml", "parse_yaml_text", "to_plain", "line_of", "error_from_validation", "dotted"]
-
-
-def _yaml() -> YAML:
-    yaml = YAML(typ="rt")
-    yaml.version = (1, 2)
-    yaml.allow_duplicate_keys = False
-    return yaml
-
-
-def load_yaml(path: Path | str) -> Any:
-    """Read a YAML 1.2 file keeping line information; bad files raise :class:`ScenarioError`."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError("no such file", file=str(path)) from None
-    except IsADirectoryError:
-        raise ScenarioError("is a directory, expected a YAML file", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read file: {exc}", file=str(path)) from None
-    return parse_yaml_text(text, file=str(path))
-
-
-def load_mapping(path: Path | str, what: str) -> CommentedMap:
-    """Load a YAML file that must hold a mapping (``what`` names it in the error: "a scenario
-    (model, cluster, ...)"); an empty file or another kind of document is a ScenarioError."""
-    root = load_yaml(path)
-    if root is None:
-        raise ScenarioError(f"the file is empty; expected {what}", file=str(path))
-    if not isinstance(root, CommentedMap):
-        raise ScenarioError(f"expected {what}, a mapping of keys", file=str(path), line=1)
-    return root
-
-
-def parse_yaml_text(text: str, *, file: str | None = None) -> Any:
-    try:
-        data = _yaml().load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise ScenarioError(f"YAML syntax error: {problem}", file=file, line=line) from None
-    except YAMLError as exc:
-        raise ScenarioError(f"YAML syntax error: {exc}", file=file) from None
-    return data
-
-
-def to_plain(value: Any) -> Any:
-    """Round-trip YAML containers and scalars to plain dicts, lists, str, int, float, bool."""
-    if isinstance(value, Mapping):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_plain(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
-
-
-def line_of(root: Any, loc: Sequence[Any]) -> int | None:
-    """1-based line of the deepest part of ``loc`` that exists in the round-trip ``root``."""
-    node = root
-    line: int | None = None
-    for key in loc:
-        if isinstance(node, CommentedMap) and key in node:
-            with contextlib.suppress(KeyError, TypeError, AttributeError):
-                line = node.lc.key(key)[0] + 1
-            node = node[key]
-        elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
-            with contextlib.suppress(KeyError, TypeError, AttributeError):
-                line = node.lc.item(key)[0] + 1
-            node = node[key]
-        else:
-            break
-    if line is None and isinstance(root, (CommentedMap, CommentedSeq)):
-        line = root.lc.line + 1 if root.lc.line is not None else None
-    return line
-
-
-def dotted(loc: Sequence[Any]) -> str:
-    parts: list[str] = []
-    for key in loc:
-        if isinstance(key, int):
-            parts.append(f"[{key}]")
-        else:
-            parts.append(("." if parts else "") + str(key))
-    return "".join(parts)
-
-
-def _clean_loc(loc: Sequence[Any]) -> tuple[Any, ...]:
-    """Drop pydantic-internal location entries (union branch tags, validator names)."""
-    cleaned = []
-    for key in loc:
-        if isinstance(key, str) and ("[" in key or key in {"str", "int", "float", "bool", "literal['auto']"}):
-            continue
-        cleaned.append(key)
-    return tuple(cleaned)
-
-
-def _allowed_fields(model: type[BaseModel] | None, loc: Sequence[Any]) -> list[str]:
-    """Field names (aliases) of the model reached by following ``loc`` (minus its last key)."""
-    current: Any = model
-    for key in loc[:-1]:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = _field_by_name(current, key)
-        if field is None:
-            return []
-        current = _model_in_annotation(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [info.alias or name for name, info in current.model_fields.items()]
-    return []
-
-
-def _field_by_name(model: type[BaseModel], key: Any) -> Any:
-    for name, info in model.model_fields.items():
-        if key in (name, info.alias):
-            return info
-    return None
-
-
-def _model_in_annotation(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in_annotation(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _describe_input(value: Any) -> str:
-    if isinstance(value, (Mapping, list)):
-        return ""
-    text = repr(value)
-    return f" (got {text})" if len(text) < 60 else ""
-
-
-def error_from_validation(
-    exc: ValidationError,
-    *,
-    root: Any = None,
-    file: str | None = None,
-    prefix: tuple[Any, ...] = (),
-    model: type[BaseModel] | None = None,
-) -> ScenarioError:
-    """The first error of a pydantic ValidationError as a located :class:`ScenarioError`."""
-    errors = exc.errors(include_url=False)
-    err = errors[0]
-    loc = prefix + _clean_loc(err["loc"])
-    kind = err["type"]
-    message = str(err["msg"])
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
-    if kind == "extra_forbidden":
-        name = str(loc[-1]) if loc else "?"
-        allowed = _allowed_fields(model or exc_model(exc), loc[len(prefix) :]) if model or exc_model(exc) else []
-        close = difflib.get_close_matches(name, allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else (f"; allowed: {', '.join(allowed)}" if allowed else "")
-        message = f"unknown field {name!r}{hint}"
-    elif kind == "missing":
-        message = "required field is missing"
-    elif kind not in {"value_error", "assertion_error"}:
-        message = message[0].lower() + message[1:] if message else message
-        message += _describe_input(err.get("input"))
-    if len(errors) > 1:
-        message += f" (+{len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    line = line_of(root, loc) if root is not None else None
-    return ScenarioError(message, field=dotted(loc) or None, file=file, line=line)
-
-
-def exc_model(exc: ValidationError) -> type[BaseModel] | None:
-    """Best effort: the model class a ValidationError was raised for (pydantic keeps its title)."""
-    from simulator.scenario import spec  # local import: spec imports this module
-
-    title = exc.title
-    for candidate in vars(spec).values():
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel) and candidate.__name__ == title:
-            return candidate
-    return None
+__all__ = [
+    "load_yaml",
+    "load_mapping",
+    "parse_yaml_text",
+    "to_plain",
+    "line_of",
+    "error_from_validation",
+    "exc_model",
+    "dotted",
+]

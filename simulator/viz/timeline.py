@@ -8,9 +8,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from simulator.results.export import STREAM_ORDER, assign_lanes, row_args
 from simulator.results.ranks import rank_label, select_ranks
 from simulator.results.rows import Row, expand_fused
-from simulator.results.trace import STREAM_ORDER, assign_lanes, row_args
 from simulator.units import MILLISECOND
 from simulator.viz.style import TEMPLATE, colour
 

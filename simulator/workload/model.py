@@ -3,7 +3,7 @@
 A :class:`Shard` says how much of each tensor one rank holds (tp splits heads and the FFN
 width, sequence parallelism and cp split tokens); the functions here return the kernels
 (:class:`Kernel`: GEMM shape, FLOPs, HBM bytes) one rank runs for one micro-batch. Strategies
-place the communication between them; they never change this description (STYLE.md #6).
+place the communication between them; they never change this description (shared/STYLE.md #6).
 
 Forward kernels of a block (Megatron-style, per rank, T = local tokens = b*s/cp):
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.costs import compute as cc
+from simulator.costs.dtypes import activation_bytes
 from simulator.costs.flops import attention_core_flops, gemm_flops
 from simulator.scenario.spec import ModelSpec
 
@@ -76,7 +77,7 @@ class Shard:
     @property
     def elem(self) -> int:
         """Bytes per activation element (fp8 runs GEMMs in fp8 but keeps 16-bit activations)."""
-        return 2 if self.precision in ("bf16", "fp16", "fp8") else 4
+        return activation_bytes(self.precision)
 
 
 def _memory(name: str, nbytes: float, section: str) -> Kernel:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.costs.compute import ComputeProfile, EfficiencyCurve
+from simulator.costs.dtypes import nearest_precision
 from simulator.errors import ScenarioError
 from simulator.scenario.calibration import CurveSpec, ProfileSpec, builtin_profile_path, load_profile_spec
 from simulator.scenario.hardware import GpuSpec
@@ -13,9 +14,6 @@ from simulator.scenario.types import PRECISIONS
 
 __all__ = ["compute_profile", "profile_from_spec"]
 
-# a precision a measured device profile lacks runs at the peak of its nearest measured one
-# (the same aliases ComputeProfile uses for missing efficiency tables)
-_PEAK_ALIASES = {"fp16": "bf16", "bf16": "fp16", "tf32": "fp32", "fp8": "bf16", "fp32": "tf32"}
 
 
 def _curves(table: dict[str, CurveSpec]) -> dict[str, EfficiencyCurve]:
@@ -52,7 +50,7 @@ def profile_from_spec(spec: ProfileSpec, gpu: GpuSpec | None, name: str) -> Comp
             raise ScenarioError("a profile that names no catalog gpu needs peak_flops", field="peak_flops", file=name)
         for precision in PRECISIONS:
             if precision not in peaks:
-                alias = _PEAK_ALIASES.get(precision)
+                alias = nearest_precision(precision)  # a precision a measured profile lacks
                 peaks[precision] = spec.peak_flops[alias] if alias in spec.peak_flops else next(
                     iter(spec.peak_flops.values()))
     bandwidth = spec.memory_bandwidth_bytes_per_s

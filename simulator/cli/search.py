@@ -1,0 +1,158 @@
+"""``dtsim search``: the fastest (or cheapest) parallel layout of a scenario's model on its cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator.cli.common import console, fail, guard
+from simulator.cli.progress import sweep_progress
+from simulator.errors import ScenarioError
+
+__all__ = ["search"]
+
+
+def search(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file: the model, cluster and training options")],
+    objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time-to-train")] = "throughput",
+    top: Annotated[int, typer.Option("--top", min=1, help="configurations to rank (simulated whole)")] = 5,
+    tokens: Annotated[str | None, typer.Option("--tokens", help="training tokens for time and cost, e.g. 1.4T or "
+                                               "2e12 (default: 20 per parameter, Hoffmann et al. 2022)")] = None,
+    executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
+                                          "ray | ray://HOST:PORT")] = "local",
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default: CPUs here)")] = None,
+    prices: Annotated[Path | None, typer.Option("--prices", help="price table YAML overriding "
+                                                "topologies/prices.yaml")] = None,
+    nodes: Annotated[str | None, typer.Option("--nodes", help="node counts to search, e.g. 4,8,16 "
+                                              "(default: the scenario's)")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a field of the scenario first")] = None,
+    max_micro_batch: Annotated[int, typer.Option("--max-micro-batch", min=1)] = 8,
+    max_estimates: Annotated[int, typer.Option("--max-estimates", min=0, help="stop after estimating this many "
+                                               "candidates, most promising first (0: no cap)")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="folder for the simulation cache and search.json")] = None,
+) -> None:
+    """Find the fastest (or cheapest) parallel layout of SCENARIO's model on its cluster.
+
+    Enumerates tp, pp, cp, dp, micro-batch, schedule (and virtual stages), sharding and
+    recomputation; prunes invalid and out-of-memory layouts before simulating; predicts the
+    rest best-first from short simulations until nothing left can enter the top; simulates
+    the best whole and prints them with why the best wins.
+    """
+    import simulator
+    from simulator.search import SearchSpace
+    from simulator.search import search as run_search
+    from simulator.search.pricing import load_prices
+    from simulator.sweep import open_executor
+
+    if objective not in ("throughput", "cost", "time-to-train"):
+        fail(f"--objective {objective!r}: expected throughput, cost or time-to-train")
+    base = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
+    budget = guard(lambda: _parse_count(tokens, "--tokens")) if tokens else None
+    node_counts = guard(lambda: tuple(int(_parse_count(n, "--nodes")) for n in nodes.split(","))) if nodes else None
+    table = guard(lambda: load_prices(prices))
+    space = SearchSpace(nodes=node_counts, max_micro_batch=max_micro_batch)
+    cache = str(out / "cache") if out is not None else None
+    with sweep_progress() as (bar, update):
+        task = bar.add_task("search", total=None)
+
+        def show(stage: str, state: Any) -> None:
+            bar.update(task, description=stage, total=state.total)
+            update(task, state)
+
+        def run_all() -> Any:
+            with open_executor(executor, workers) as pool:
+                return run_search(base, executor=pool, space=space, objective=objective,  # type: ignore[arg-type]
+                                  tokens=budget, prices=table, top=top, batch=4 * (workers or _cpus()),
+                                  max_estimates=max_estimates, cache_dir=cache, progress=show)
+
+        report = guard(run_all)
+    _print_search(report, base)
+    if out is not None:
+        from simulator.sweep import atomic_write_text
+
+        atomic_write_text(out / "search.json", json.dumps(_search_document(report), indent=1, default=str) + "\n")
+        console.print(f"search written to {out / 'search.json'}")
+
+
+def _cpus() -> int:
+    from simulator.sweep import default_workers
+
+    return default_workers()
+
+
+def _parse_count(text: str, option: str) -> float:
+    """``"1.4T"``, ``"2e12"``, ``"500B"`` (billions), ``"16"`` -> a number."""
+    factors = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
+    raw = text.strip()
+    factor = factors.get(raw[-1:], 1.0) if raw else 1.0
+    number = raw[:-1] if factor != 1.0 else raw
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise ScenarioError(f"{option} {text!r}: expected a number such as 1.4T or 2e12") from None
+    if value <= 0:
+        raise ScenarioError(f"{option} {text!r}: must be positive")
+    return value
+
+
+def _print_search(report: Any, base: Any) -> None:
+    from simulator.search import explain
+
+    cluster = base.cluster
+    console.print(f"[bold]{base.model.label}[/] on {cluster.n_nodes} x {cluster.node_type.name} "
+                  f"({cluster.world_size} x {cluster.gpu_name}), global batch {base.training.global_batch} x "
+                  f"{base.model.seq_len} tokens, {base.training.precision}")
+    console.print(f"{report.enumerated} layouts: {report.invalid} invalid, {report.over_memory} over memory "
+                  f"(estimate), {report.bounded_out} unable to beat the top {len(report.ranked) or '-'} (bound)"
+                  + (f", {report.capped} not reached (--max-estimates)" if report.capped else "")
+                  + f"; {report.estimated} estimated from short runs ({report.simulated_oom} out of memory), "
+                  f"{report.simulated} simulated whole, {report.wall_s:.0f} s", highlight=False)
+    table = Table(title=f"best by {report.objective}", title_justify="left")
+    for col in ("#", "layout", "mb", "schedule", "sharding", "recompute", "step", "tokens/s", "MFU", "free mem",
+                "to train", "cost"):
+        table.add_column(col, justify="left" if col in ("layout", "schedule", "sharding", "recompute") else "right",
+                         no_wrap=True)
+    for i, ranked in enumerate(report.ranked, 1):
+        lay, m = ranked.candidate.layout, ranked.metrics
+        schedule = "-" if lay.pp == 1 else (lay.schedule if lay.virtual_stages == 1
+                                             else f"{lay.schedule} v={lay.virtual_stages}")
+        sharding = lay.sharding if lay.shard_group_size is None else f"{lay.sharding} g={lay.shard_group_size}"
+        cost = f"${ranked.cost_usd:,.0f}" if ranked.cost_usd is not None else "-"
+        table.add_row(str(i), f"tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp}", str(lay.micro_batch), schedule, sharding,
+                      ranked.candidate.recompute, f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
+                      f"{100 * m['mfu']:.1f}%", f"{m['memory_headroom_bytes'] / 2**30:.1f} GiB",
+                      f"{ranked.time_to_train_s / 86400:,.1f} d", cost)
+    wide = console if console.is_terminal else Console(width=max(console.width, 132))
+    wide.print(table)
+    console.print(f"time to train: {report.tokens:.3g} tokens"
+                  + (" (20 per parameter, Hoffmann et al. 2022)" if report.tokens_default else ""), highlight=False)
+    for node, price in report.prices.items():
+        kind = "an ESTIMATE: bought, not rented" if price.kind == "estimate" else price.kind
+        console.print(f"cost: {node} at ${price.usd_per_hour:,.2f} per node-hour ({kind}, {price.date}; "
+                      f"{price.source})", highlight=False, soft_wrap=True)
+    if not report.prices:
+        console.print("cost: no price for this node type (pass --prices FILE)", highlight=False)
+    console.print("[bold]why the best wins[/]")
+    for line in explain(report):
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def _search_document(report: Any) -> dict[str, Any]:
+    return {
+        "objective": report.objective,
+        "tokens": report.tokens,
+        "counts": {k: getattr(report, k) for k in ("enumerated", "invalid", "over_memory", "bounded_out", "capped",
+                                                    "estimated", "simulated_oom", "failed", "simulated")},
+        "ranked": [{"layout": r.label, "recompute": r.candidate.recompute, "time_to_train_s": r.time_to_train_s,
+                    "cost_usd": r.cost_usd, "metrics": r.metrics,
+                    "scenario": r.scenario.model_dump(mode="json", by_alias=True)} for r in report.ranked],
+        "predicted_step_s": dict(report.predictions),
+        "baseline": report.baseline,
+        "prices": {k: v.model_dump() for k, v in report.prices.items()},
+        "wall_s": report.wall_s,
+    }

@@ -1,0 +1,69 @@
+"""``dtsim validate``: simulate every published run and nccl-tests point; print and document the errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from simulator.cli.common import console, err_console
+
+__all__ = ["validate"]
+
+
+def validate(
+    json_path: Annotated[Path | None, typer.Option("--json", help="write every record's result as JSON")] = None,
+    docs: Annotated[Path, typer.Option("--docs", help="folder for validation.md / .svg / .html")] = Path("docs"),
+    source: Annotated[list[str] | None, typer.Option("--source", help="only these sources (megatron-sc21, "
+                                                     "megatron-core, llm-foundry)")] = None,
+    no_docs: Annotated[bool, typer.Option("--no-docs", help="do not write docs/validation.md")] = False,
+) -> None:
+    """Simulate every published training run and nccl-tests point; print and document the errors."""
+    from rich.progress import Progress
+
+    from simulator.validation.records import load_records
+    from simulator.validation.report import SOURCE_NAMES, write_markdown
+    from simulator.validation.runner import validate as run_validation
+
+    sources = set(source) if source else None
+    total = sum(1 for r in load_records() if not sources or r.source in sources)
+    with Progress(console=err_console, transient=True) as progress:
+        task = progress.add_task("simulating published runs", total=total)
+        result = run_validation(sources=sources, progress=lambda _id: progress.advance(task))
+    table = Table(title="predicted vs measured step time", title_justify="left")
+    for col in ("record", "GPUs", "measured (s)", "predicted (s)", "error"):
+        table.add_column(col, justify="left" if col == "record" else "right")
+    for r in result.records:
+        colour = "green" if abs(r.error) <= 0.10 else "yellow" if abs(r.error) <= 0.25 else "red"
+        table.add_row(r.record.id, str(r.record.gpus), f"{r.record.measured_step_s:.3f}",
+                      f"{r.predicted_step_s:.3f}", f"[{colour}]{100 * r.error:+.1f}%[/]")
+    console.print(table)
+    summary = result.summary()
+    per = Table(title="mean absolute percentage error", title_justify="left")
+    for col in ("source", "records", "MAPE", "worst"):
+        per.add_column(col, justify="left" if col == "source" else "right")
+    for name, row in summary["per_source"].items():
+        per.add_row(SOURCE_NAMES.get(name, name), str(row["records"]), f"{100 * row['mape']:.1f}%",
+                    f"{100 * row['max_abs_error']:.1f}%")
+    o = summary["overall"]
+    per.add_row("[bold]all[/]", str(o["records"]), f"[bold]{100 * o['mape']:.1f}%[/]", f"{100 * o['max_abs_error']:.1f}%")
+    c = summary["collectives"]
+    per.add_row("nccl-tests all-reduce >= 1 MiB", str(c["points"]), f"{100 * c['mape']:.1f}%",
+                f"{100 * c['max_abs_error']:.1f}%")
+    console.print(per)
+    if json_path is not None:
+        data = {"summary": summary,
+                "records": [{"id": r.record.id, "source": r.record.source, "gpus": r.record.gpus,
+                             "measured_step_s": r.record.measured_step_s, "predicted_step_s": r.predicted_step_s,
+                             "error": r.error, "mfu": r.mfu, "breakdown": r.breakdown} for r in result.records],
+                "collectives": [{"id": c.record.id, "bytes": c.record.nbytes, "measured_s": c.record.measured_s,
+                                 "predicted_s": c.predicted_s, "error": c.error, "algorithm": c.algorithm}
+                                for c in result.comm]}
+        json_path.write_text(json.dumps(data, indent=2))
+        console.print(f"results written to {json_path}")
+    if not no_docs:
+        path = write_markdown(result, docs)
+        console.print(f"report written to {path}")

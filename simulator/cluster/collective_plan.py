@@ -1,0 +1,98 @@
+"""Collective plans as data: flows per phase, and the link loads they put on the graph.
+
+A :class:`CollectivePlan` is a sequence of :class:`PhasePlan`; each phase is a set of
+point-to-point :class:`Flow` that run together. Weights are bytes per byte of the
+collective's size D (nccl-tests' convention). Built by
+:class:`simulator.cluster.collectives.CollectivePlanner`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from simulator.cluster.graph import ClusterGraph
+from simulator.costs.collectives import CollectiveShape, NcclModel, PhaseShape
+from simulator.scenario.hardware import nccl_constants
+
+__all__ = ["Flow", "PhasePlan", "CollectivePlan", "nccl_model"]
+
+
+def nccl_model() -> NcclModel:
+    c = nccl_constants()
+    return NcclModel(
+        base_latency={k: dict(v) for k, v in c.base_latency.items()},
+        hop_latency={k: {a: dict(p) for a, p in v.items()} for k, v in c.hop_latency.items()},
+        nvls_latency=c.nvls_latency,
+        nvls_efficiency=c.nvls_efficiency,
+        protocol_bandwidth={k: dict(v) for k, v in c.protocol_bandwidth.items()},
+        ll_max_bytes=c.ll_max_bytes,
+        ll128_max_bytes=c.ll128_max_bytes,
+        ring_plateau_factor=c.ring_plateau_factor,
+        tree_correction={k: tuple(v) for k, v in c.tree_correction.items()},
+        simple_step_bytes=c.simple_step_bytes,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    src: int  # global GPU index
+    dst: int
+    weight: float  # bytes per byte of D
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    flows: tuple[Flow, ...]
+    steps: int
+    inter_steps: int
+    link_weights: tuple[tuple[int, float], ...]  # (link id, bytes per byte of D)
+    intra_class: str
+    net_latency_s: float
+    ppn: int
+    nodes: int
+    channels: int = 1
+    channel_net_bytes_per_s: float = 0.0
+    intra_latency_s: float = 0.0
+
+    def seconds_per_byte(self, cluster: ClusterGraph) -> float:
+        links = cluster.links
+        return max((w / links[i].capacity_bytes_per_s for i, w in self.link_weights), default=0.0)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Link ids and weights as arrays."""
+        return self._arrays
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.fromiter((i for i, _ in self.link_weights), dtype=np.int64, count=len(self.link_weights))
+        w = np.fromiter((x for _, x in self.link_weights), dtype=float, count=len(self.link_weights))
+        return ids, w
+
+
+@dataclass(frozen=True)
+class CollectivePlan:
+    op: str
+    algorithm: str
+    gpus: tuple[int, ...]
+    phases: tuple[PhasePlan, ...]
+    ll128_ok: bool
+
+    @property
+    def nranks(self) -> int:
+        return len(self.gpus)
+
+    def shape(self, cluster: ClusterGraph) -> CollectiveShape:
+        return CollectiveShape(
+            op=self.op,
+            algorithm=self.algorithm,
+            nranks=self.nranks,
+            ll128_ok=self.ll128_ok,
+            phases=tuple(
+                PhaseShape(p.seconds_per_byte(cluster), p.steps, p.inter_steps, p.intra_class, p.net_latency_s,
+                           p.ppn, p.nodes, p.channels, p.channel_net_bytes_per_s, p.intra_latency_s)
+                for p in self.phases
+            ),
+        )

@@ -1,0 +1,181 @@
+"""Switched fabrics: fat tree, rail-optimised, and a single switch.
+
+Routing between two NICs: up to the source NIC's leaf; if the destination NIC hangs off the
+same leaf, straight down; otherwise through spines chosen by the transport's multipath
+policy: ``single`` (InfiniBand, D-mod-k: spine = destination NIC's global index mod spines),
+``spray`` (EFA SRD: every spine, evenly), ``ecmp`` (TCP: each of the connection's flows
+hashed onto one spine).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any
+
+from simulator.cluster.fabrics.base import Fabric, FabricPath, NicRef, add_nic_link, nic_params, register_fabric
+from simulator.cluster.graph import ClusterGraph, Vertex
+
+__all__ = ["LeafSpineFabric", "FatTree", "RailOptimized", "SingleSwitch"]
+
+
+class LeafSpineFabric(Fabric):
+    """NICs cabled to leaf switches; leaves joined by spines (none when there is one leaf)."""
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.nic_leaf: dict[str, str] = {}  # NIC vertex -> the switch it is cabled to
+        self.leaf_spines: dict[str, list[str]] = {}  # leaf -> its spines
+        self._nic_cache: dict[NicRef, tuple[int, int, str]] = {}
+        self._spine_cache: dict[tuple[str, str], list[tuple[int, int]]] = {}
+
+    # -- building --------------------------------------------------------------------------
+
+    def _cable(self, cluster: ClusterGraph, nic: str, switch: str, rail: int | None) -> None:
+        add_nic_link(cluster, nic, switch, rail)
+        self.nic_leaf[nic] = switch
+
+    def _geometry(self, cluster: ClusterGraph, nics_per_node_per_leaf: int) -> tuple[int, int, int]:
+        """(nodes per leaf, leaves, spines) for ``switch_radix`` ports, half facing down."""
+        spec = self.spec
+        down_ports = max(1, spec.switch_radix // 2)
+        per_leaf = spec.nodes_per_leaf or max(1, down_ports // max(1, nics_per_node_per_leaf))
+        leaves = math.ceil(cluster.n_nodes / per_leaf)
+        spines = spec.spines or down_ports
+        return per_leaf, leaves, spines
+
+    def _add_spines(self, cluster: ClusterGraph, leaves: list[str], down_bw: float, spines: int,
+                    rail: int | None = None) -> None:
+        """Connect each leaf to every spine; uplinks carry down_bw / oversubscription in total."""
+        _, eff, _ = nic_params(cluster)
+        kind = cluster.transport_kind
+        up_each = down_bw / self.spec.oversubscription / spines
+        names = [f"spine{j}" for j in range(spines)]
+        for name in names:
+            if name not in cluster.vertices:
+                cluster.add_vertex(Vertex(name, "spine", None, name))
+        for leaf in leaves:
+            for name in names:
+                cluster.add_link(leaf, name, kind=kind, bandwidth_bytes_per_s=up_each,  # type: ignore[arg-type]
+                                 efficiency=eff, latency_s=cluster.transport.switch_latency_s, tier="leaf-up",
+                                 reverse_tier="spine-down", rail=rail)
+            self.leaf_spines[leaf] = names
+
+    def bisection_estimate_bytes_per_s(self, cluster: ClusterGraph, node_nic_bytes_per_s: float) -> float:
+        """Half the nodes' NIC bandwidth, reduced by the oversubscription."""
+        half = cluster.n_nodes // 2
+        return half * node_nic_bytes_per_s / getattr(self.spec, "oversubscription", 1.0)
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def _nic(self, cluster: ClusterGraph, node: int, nic: int) -> tuple[int, int, str]:
+        """(uplink id, downlink id, leaf) of a NIC, cached."""
+        key = (node, nic)
+        found = self._nic_cache.get(key)
+        if found is None:
+            name = f"n{node}.nic{nic}"
+            leaf = self.nic_leaf[name]
+            found = self._nic_cache[key] = (cluster.link_id(name, leaf), cluster.link_id(leaf, name), leaf)
+        return found
+
+    def _spines(self, cluster: ClusterGraph, leaf_a: str, leaf_b: str) -> list[tuple[int, int]]:
+        """(leaf_a -> spine, spine -> leaf_b) link ids for every spine, cached per leaf pair."""
+        key = (leaf_a, leaf_b)
+        found = self._spine_cache.get(key)
+        if found is None:
+            found = self._spine_cache[key] = [(cluster.link_id(leaf_a, sp), cluster.link_id(sp, leaf_b))
+                                              for sp in self.leaf_spines[leaf_a]]
+        return found
+
+    def paths(self, cluster: ClusterGraph, src: NicRef, dst: NicRef, flow: int, seed: int) -> list[FabricPath]:
+        up, _, leaf_a = self._nic(cluster, *src)
+        _, down, leaf_b = self._nic(cluster, *dst)
+        if leaf_a == leaf_b:
+            return [([up, down], 1.0)]
+        spines = self._spines(cluster, leaf_a, leaf_b)
+        policy = cluster.transport.multipath
+        if policy == "spray":
+            share = 1.0 / len(spines)
+            return [([up, a, b, down], share) for a, b in spines]
+        if policy == "ecmp":
+            key = f"{src[0]}.{src[1]}>{dst[0]}.{dst[1]}#{flow}@{seed}".encode()
+            a, b = spines[zlib.crc32(key) % len(spines)]
+        else:  # single: D-mod-k on the destination port (the destination NIC's global index)
+            a, b = spines[(dst[0] * cluster.node_type.nics.count + dst[1]) % len(spines)]
+        return [([up, a, b, down], 1.0)]
+
+
+@register_fabric("single-switch")
+class SingleSwitch(LeafSpineFabric):
+    """Every NIC on one non-blocking switch (small clusters, or an idealised fabric).
+
+    ::
+
+        node0.nic* ──┐
+        node1.nic* ──┼── switch
+        nodeN.nic* ──┘
+    """
+
+    def build(self, cluster: ClusterGraph) -> None:
+        if cluster.n_nodes == 1:
+            return
+        cluster.add_vertex(Vertex("switch", "switch", None, "switch"))
+        for node in range(cluster.n_nodes):
+            for nic in cluster.nics_of_node(node):
+                self._cable(cluster, nic, "switch", None)
+
+
+@register_fabric("fat-tree")
+class FatTree(LeafSpineFabric):
+    """Two-level leaf/spine Clos: nodes under leaf switches, every leaf linked to every spine.
+
+    ::
+
+                  spine0   spine1  ...  spineS        uplink capacity per leaf =
+                  ╱    ╲  ╱    ╲                      downlink capacity / oversubscription
+              leaf0      leaf1      ...  leafL
+             ╱  │  ╲    ╱  │  ╲
+          node0 ...    nodeK ...                      all NICs of a node on its leaf
+    """
+
+    def build(self, cluster: ClusterGraph) -> None:
+        nics = cluster.node_type.nics.count
+        per_leaf, n_leaves, spines = self._geometry(cluster, nics)
+        leaves = [f"leaf{i}" for i in range(n_leaves)]
+        for leaf in leaves:
+            cluster.add_vertex(Vertex(leaf, "leaf", None, leaf))
+        for node in range(cluster.n_nodes):
+            for nic in cluster.nics_of_node(node):
+                self._cable(cluster, nic, leaves[node // per_leaf], None)
+        if n_leaves > 1:
+            bw, _, _ = nic_params(cluster)
+            self._add_spines(cluster, leaves, per_leaf * nics * bw, spines)
+
+
+@register_fabric("rail-optimized")
+class RailOptimized(LeafSpineFabric):
+    """NIC i of every node on rail-leaf i (NVIDIA's rail-optimised design); spines join rails.
+
+    ::
+
+              spine0  ...  spineS                 same-rail traffic: one leaf hop;
+             ╱     ╲      ╱     ╲                 cross-rail traffic: through a spine
+        rail0.leaf0  rail1.leaf0  ... railR.leaf0
+          │  │  │      │  │  │
+        n0.nic0 n1.nic0 n0.nic1 n1.nic1 ...
+    """
+
+    def build(self, cluster: ClusterGraph) -> None:
+        nics = cluster.node_type.nics.count
+        per_leaf, n_groups, spines = self._geometry(cluster, 1)
+        bw, _, _ = nic_params(cluster)
+        all_leaves: list[str] = []
+        for rail in range(nics):
+            leaves = [f"rail{rail}.leaf{g}" for g in range(n_groups)]
+            for leaf in leaves:
+                cluster.add_vertex(Vertex(leaf, "leaf", None, leaf))
+            for node in range(cluster.n_nodes):
+                self._cable(cluster, f"n{node}.nic{rail}", leaves[node // per_leaf], rail)
+            all_leaves += leaves
+        if len(all_leaves) > 1:
+            self._add_spines(cluster, all_leaves, per_leaf * bw, spines)

@@ -1,0 +1,156 @@
+"""The stage-neutral typed program: what the workload stage emits and the engine runs.
+
+Per-rank task DAGs (a :class:`Program`).
+
+Each task runs on one stream of one simulated rank. Streams are in-order (like CUDA
+streams): a task starts when it is at the head of its stream *and* all its dependencies
+(on any stream or rank) have finished. Communication tasks carry a :class:`CommOp`; the
+tasks of one collective on different simulated ranks share a ``join`` key and start
+together once all of them are ready (point-to-point transfers join sender and receiver).
+
+Memory is part of the DAG: a task lists the bytes it allocates (+) or frees (-) at its
+start or end, by category; the results stage turns those into per-rank timelines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, get_args
+
+__all__ = ["CommOp", "MemDelta", "FusedPart", "Task", "Program", "ProgramBuilder", "STREAMS", "OpName", "HOST_COPY_OPS",
+           "COLLECTIVE_OPS", "is_host_copy", "op_name"]
+
+# stream names, one per kind of work (compute, and one per communication group kind)
+STREAMS = ("compute", "tp", "cp", "pp", "dp", "shard", "offload")
+
+# what a communication task does: a collective over its group, a point-to-point transfer, or
+# a copy between the GPU and its host (copy engines, not SMs: it does not slow compute)
+OpName = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p", "d2h", "h2d"]
+HOST_COPY_OPS: frozenset[str] = frozenset({"d2h", "h2d"})
+COLLECTIVE_OPS: tuple[str, ...] = tuple(o for o in get_args(OpName) if o not in HOST_COPY_OPS and o != "p2p")
+
+
+def op_name(value: str) -> OpName:
+    """``value`` as an :data:`OpName`; ValueError naming the known ones otherwise."""
+    if value not in get_args(OpName):
+        raise ValueError(f"unknown communication op {value!r} (known: {', '.join(get_args(OpName))})")
+    return value  # type: ignore[return-value]
+
+
+def is_host_copy(op: str) -> bool:
+    """A GPU <-> host copy (runs on copy engines: no compute slowdown, host links)."""
+    return op in HOST_COPY_OPS
+
+
+@dataclass(frozen=True, slots=True)
+class CommOp:
+    """A collective (or point-to-point transfer) as issued by one simulated rank.
+
+    ``group`` is the process group of the issuing rank (global ranks). ``instances`` are all
+    the groups whose identical traffic this operation stands for under symmetry reduction
+    (the issuing group first); the engine puts all of their flows on the network.
+    ``nbytes`` is the size of one collective (nccl-tests convention); ``count`` of them run
+    back to back on the stream.
+    """
+
+    op: OpName
+    group: tuple[int, ...]
+    nbytes: float
+    axis: str  # tp | cp | pp | dp | shard | replicate | offload | world
+    instances: tuple[tuple[int, ...], ...] = ()
+    algorithm: str | None = None  # None: NCCL-like choice by size and topology
+    count: int = 1  # back-to-back repeats of the same collective (e.g. DDP buckets ready together)
+
+    def all_instances(self) -> tuple[tuple[int, ...], ...]:
+        return self.instances or (self.group,)
+
+
+@dataclass(frozen=True, slots=True)
+class MemDelta:
+    at_end: bool  # True: at the task's end; False: at its start plus ``offset_s``
+    nbytes: float  # + allocate, - free
+    category: str  # params | grads | optimizer | activations | buffers | other
+    offset_s: float = 0.0
+
+
+class FusedPart(NamedTuple):
+    """One kernel or collective inside a fused compute task, at ``offset_s`` from its start.
+
+    ``category`` is ``compute`` or the collective's group kind (tp, cp); ``op``, ``nbytes``
+    and ``ranks`` describe a collective ("" / 0 / 1 for kernels).
+    """
+
+    name: str
+    category: str
+    offset_s: float
+    duration_s: float
+    op: str
+    nbytes: float
+    ranks: int
+
+
+@dataclass(slots=True)
+class Task:
+    id: int
+    rank: int
+    stream: str
+    name: str
+    category: str
+    duration_s: float = 0.0
+    comm: CommOp | None = None
+    join: Hashable | None = None
+    deps: list[int] = field(default_factory=list)
+    mem: tuple[MemDelta, ...] = ()
+    meta: dict[str, Any] | None = None
+
+
+@dataclass
+class Program:
+    """Tasks of the simulated ranks, plus what the engine needs to run them."""
+
+    tasks: list[Task]
+    ranks: tuple[int, ...]  # simulated ranks
+    represents: dict[int, int]  # simulated rank -> how many real ranks behave like it
+    join_size: dict[Hashable, int]
+    initial_memory: dict[int, dict[str, float]]  # rank -> category -> bytes at t = 0
+
+    def streams(self) -> dict[tuple[int, str], list[int]]:
+        order: dict[tuple[int, str], list[int]] = {}
+        for task in self.tasks:
+            order.setdefault((task.rank, task.stream), []).append(task.id)
+        return order
+
+
+class ProgramBuilder:
+    """Appends tasks in issue order; join keys are counted as tasks using them are added."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Task] = []
+        self.join_size: dict[Hashable, int] = {}
+
+    def add(
+        self,
+        rank: int,
+        stream: str,
+        name: str,
+        category: str,
+        *,
+        duration_s: float = 0.0,
+        comm: CommOp | None = None,
+        join: Hashable | None = None,
+        deps: list[int] | tuple[int, ...] = (),
+        mem: tuple[MemDelta, ...] = (),
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        task = Task(len(self.tasks), rank, stream, name, category, duration_s, comm, join,
+                    [d for d in deps if d is not None], mem, meta)
+        self.tasks.append(task)
+        if join is not None:
+            self.join_size[join] = self.join_size.get(join, 0) + 1
+        return task.id
+
+    def build(
+        self, ranks: tuple[int, ...], represents: dict[int, int], initial_memory: dict[int, dict[str, float]]
+    ) -> Program:
+        return Program(self.tasks, ranks, represents, dict(self.join_size), initial_memory)

@@ -1,0 +1,123 @@
+"""The ``model`` section: a transformer's shape, given directly or as a preset with overrides.
+
+Presets are files in ``scenarios/models/`` read through a :class:`~simulator.catalog.Catalog`.
+:func:`resolve_model` merges a preset with its overrides into plain data; data naming every
+field (what :func:`resolve_model` and ``model_dump`` produce) validates without any file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, ValidationError, ValidationInfo, model_validator
+
+from simulator.catalog import Catalog
+from simulator.fields import Frozen
+from simulator.scenario.resolve import catalog_in
+from simulator.yamlio import error_from_validation
+
+__all__ = ["ModelSpec", "resolve_model", "is_resolved_model"]
+
+
+class ModelSpec(Frozen):
+    """A decoder (or encoder) transformer: the parallelism-agnostic shape of the network."""
+
+    name: str | None = Field(None, description="free text, e.g. 'GPT-3 175B'")
+    preset: str | None = Field(None, description="preset in scenarios/models/ that the fields below override")
+    layers: PositiveInt = Field(description="transformer blocks")
+    hidden: PositiveInt = Field(description="model width h")
+    heads: PositiveInt = Field(description="attention heads a")
+    kv_heads: PositiveInt | None = Field(None, description="key/value heads (GQA when < heads); default = heads")
+    ffn_hidden: PositiveInt | None = Field(None, description="MLP inner width; default = 4 * hidden")
+    seq_len: PositiveInt = Field(description="sequence length s in tokens")
+    vocab: PositiveInt = Field(description="vocabulary size V")
+    mlp: Literal["gelu", "swiglu"] = Field("gelu", description="gelu: 2 matrices; swiglu: 3 (gate, up, down)")
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    position_embedding: Literal["learned", "rotary"] = Field(
+        "learned", description="learned: a seq_len x hidden table; rotary: no parameters"
+    )
+    tied_embeddings: bool = Field(True, description="output projection shares the input embedding matrix")
+    causal: bool = Field(True, description="causal (decoder) attention; false for BERT-style encoders")
+    bias: bool = Field(True, description="linear layers and norms carry bias vectors")
+    dropout: bool = Field(True, description="dropout after attention and MLP (stores 1-byte masks)")
+    source: str | None = Field(None, description="citation for the architecture")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_preset(cls, value: Any, info: ValidationInfo) -> Any:
+        """A preset name or ``{preset: ..., overrides}`` is merged with the preset file of the
+        catalog in the validation context (or the default catalog); data that already names
+        every field is used as is, without reading anything."""
+        if is_resolved_model(value):
+            return _fill_model_defaults(value)
+        return resolve_model(value, catalog_in(info))
+
+    @model_validator(mode="after")
+    def _shapes(self) -> ModelSpec:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads={self.heads} is not divisible by kv_heads={self.kv_heads}")
+        return self
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def label(self) -> str:
+        return self.name or self.preset or f"{self.layers}L-{self.hidden}h"
+
+
+def _fill_model_defaults(value: Any) -> Any:
+    if isinstance(value, dict):
+        value = dict(value)
+        if value.get("kv_heads") is None and "heads" in value:
+            value["kv_heads"] = value["heads"]
+        if value.get("ffn_hidden") is None and isinstance(value.get("hidden"), int):
+            value["ffn_hidden"] = 4 * value["hidden"]
+    return value
+
+
+def is_resolved_model(value: Any) -> bool:
+    """True when ``value`` needs no preset file: not a preset name, and either without a
+    preset or naming every field (then the preset has nothing left to contribute)."""
+    if not isinstance(value, dict):
+        return not isinstance(value, str)
+    if not value.get("preset"):
+        return True
+    return all(name in value for name in ModelSpec.model_fields)
+
+
+def resolve_model(value: Any, catalog: Catalog) -> Any:
+    """Merge a preset (``"gpt3-175b"`` or ``{preset: llama3-8b, seq_len: 4096}``) with its
+    overrides into plain data; the preset file itself is validated first, so an error in it
+    names that file. Values that are not presets pass through."""
+    if isinstance(value, str):
+        value = {"preset": value}
+    if not isinstance(value, dict) or not value.get("preset"):
+        return _fill_model_defaults(value)
+    name = value["preset"]
+    if not isinstance(name, str):
+        raise ValueError("preset must be a preset name")
+    preset = catalog.preset(name)
+    data = preset.data
+    data.setdefault("preset", name)
+    try:
+        ModelSpec.model_validate(_fill_model_defaults({**data, "preset": None}))
+    except ValidationError as exc:
+        raise error_from_validation(exc, root=preset.root, file=preset.path, model=ModelSpec) from None
+    overrides = {k: v for k, v in value.items() if k != "preset"}
+    # an explicit override of heads without kv_heads keeps MHA semantics of the override
+    merged = _fill_model_defaults({**data, **overrides, "preset": name})
+    # every field written out (defaults too): the result is resolved data (is_resolved_model)
+    defaults = {k: f.default for k, f in ModelSpec.model_fields.items() if not f.is_required() and k not in merged}
+    return {**merged, **defaults}

@@ -1,0 +1,136 @@
+"""The ``parallelism`` section: parallel sizes, pipeline schedule, sharding strategy and its options.
+
+The option blocks (``ddp``, ``zero``, ``fsdp``, ``mics``) form a union tagged by
+``sharding``: each block belongs to the strategies that read it (:data:`OPTION_BLOCKS`,
+as in ``simulator/workload/sharding.py``), and a block of another strategy given with
+non-default values is an error naming it. Every block stays readable as an attribute with
+its defaults (``parallelism.zero.reduce_bucket_size``), whatever the sharding.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from simulator.errors import ScenarioError
+from simulator.fields import Bytes, Frozen
+from simulator.units import MiB
+
+__all__ = [
+    "Sharding",
+    "PipelineSchedule",
+    "DdpOptions",
+    "ZeroOptions",
+    "FsdpOptions",
+    "MicsOptions",
+    "ParallelismSpec",
+    "OPTION_BLOCKS",
+    "drop_foreign_options",
+]
+
+Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp", "mics"]
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved"]
+
+# option block -> the shardings whose strategy reads it (MiCS is ZeRO-3 in partition groups:
+# it reads zero's bucket, prefetch and persistence options too)
+OPTION_BLOCKS: dict[str, tuple[str, ...]] = {
+    "ddp": ("none",),
+    "zero": ("zero1", "zero2", "zero3", "mics"),
+    "fsdp": ("fsdp", "hsdp"),
+    "mics": ("mics",),
+}
+
+
+class DdpOptions(Frozen):
+    """PyTorch DistributedDataParallel (sharding: none)."""
+
+    bucket_size_bytes: Bytes = Field(25 * MiB, alias="bucket_size", description="bucket_cap_mb (PyTorch default 25 MiB)")
+    first_bucket_size_bytes: Bytes = Field(
+        1 * MiB, alias="first_bucket_size", description="dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB)"
+    )
+    gradient_as_bucket_view: bool = Field(
+        False, description="False (PyTorch default): buckets are copies, costing one more gradient-sized buffer"
+    )
+    overlap: bool = Field(
+        True, description="start each bucket's all-reduce when its gradients are ready (PyTorch DDP, Megatron "
+        "--overlap-grad-reduce); false: all-reduce after the whole backward (Megatron-LM before 2023)"
+    )
+
+
+class ZeroOptions(Frozen):
+    """DeepSpeed ZeRO knobs (counts are in elements, as in DeepSpeed's config)."""
+
+    reduce_bucket_size: PositiveInt = Field(500_000_000, description="elements per gradient reduction bucket")
+    allgather_bucket_size: PositiveInt = Field(500_000_000, description="elements per stage-1/2 parameter all-gather")
+    prefetch_bucket_size: PositiveInt = Field(50_000_000, description="stage3_prefetch_bucket_size (elements)")
+    param_persistence_threshold: PositiveInt = Field(100_000, description="stage3: smaller params stay unpartitioned")
+    max_live_parameters: PositiveInt = Field(1_000_000_000, description="stage3_max_live_parameters (elements)")
+    overlap_comm: bool | None = Field(None, description="None = DeepSpeed default (True for stage 3 only)")
+    gradient_reduction: Literal["allreduce", "reduce_scatter"] = Field(
+        "allreduce", description="stage 1/2: DeepSpeed all-reduces multi-rank buckets (default); reduce_scatter is "
+        "Megatron's distributed optimizer"
+    )
+
+
+class FsdpOptions(Frozen):
+    """PyTorch FSDP knobs (sharding: fsdp / hsdp)."""
+
+    reshard_after_forward: bool = Field(True, description="True: FULL_SHARD; False: SHARD_GRAD_OP")
+    backward_prefetch: Literal["pre", "post", "none"] = Field("pre", description="BackwardPrefetch.BACKWARD_PRE default")
+    forward_prefetch: bool = False
+    limit_all_gathers: bool = Field(True, description="rate limiter: at most two FSDP units' parameters in flight")
+
+
+class MicsOptions(Frozen):
+    hierarchical_params_gather: bool = Field(
+        False, description="mics_hierarchical_params_gather: inter-node all-gather, copy, intra-node all-gather"
+    )
+
+
+class ParallelismSpec(Frozen):
+    """How the model is split: tensor, context, pipeline and data parallel sizes, and sharding."""
+
+    tp: PositiveInt = Field(1, description="tensor-parallel size (Megatron), innermost rank axis")
+    pp: PositiveInt = Field(1, description="pipeline stages")
+    dp: PositiveInt | Literal["auto"] = Field("auto", description="data-parallel size; auto = world / (tp*pp*cp)")
+    cp: PositiveInt = Field(1, description="context-parallel size (sequence split across ranks)")
+    sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (with tp > 1)")
+    pipeline_schedule: PipelineSchedule = "1f1b"
+    virtual_stages: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved only)")
+    stage_layers: list[PositiveInt] | None = Field(
+        None, description="explicit layers per (virtual) pipeline stage, first to last; default: even split"
+    )
+    sharding: Sharding = Field("none", description="none = DDP; zero1/2/3 = DeepSpeed; fsdp/hsdp = PyTorch; mics")
+    shard_group_size: PositiveInt | None = Field(None, description="hsdp / mics: ranks holding one model replica")
+    offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer states and step on the CPU")
+    tp_overlap: bool = Field(True, description="overlap the backward TP collective with the weight-gradient GEMM")
+    tp_comm_overlap: bool = Field(
+        False, description="Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): every TP all-gather "
+        "and reduce-scatter pipelined with the GEMM it feeds or follows; needs sequence_parallel")
+    ddp: DdpOptions = Field(default_factory=DdpOptions, description="options of sharding: none")
+    zero: ZeroOptions = Field(default_factory=ZeroOptions, description="options of sharding: zero1, zero2, zero3, mics")
+    fsdp: FsdpOptions = Field(default_factory=FsdpOptions, description="options of sharding: fsdp, hsdp")
+    mics: MicsOptions = Field(default_factory=MicsOptions, description="options of sharding: mics")
+
+    @model_validator(mode="after")
+    def _options_match_sharding(self) -> ParallelismSpec:
+        """A block given for another strategy (with values other than its defaults, which
+        would silently do nothing) is an error naming it."""
+        for block, shardings in OPTION_BLOCKS.items():
+            if block not in self.model_fields_set or self.sharding in shardings:
+                continue
+            options = getattr(self, block)
+            if options != type(options)():
+                raise ScenarioError(
+                    f"options for sharding {'/'.join(shardings)} given with sharding: {self.sharding}",
+                    field=f"parallelism.{block}",
+                )
+        return self
+
+
+def drop_foreign_options(parallelism: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a ``parallelism`` mapping without the option blocks its ``sharding`` does not
+    read (for tools that change the sharding of an existing scenario, e.g. the search)."""
+    sharding = parallelism.get("sharding", "none")
+    return {k: v for k, v in parallelism.items() if k not in OPTION_BLOCKS or sharding in OPTION_BLOCKS[k]}

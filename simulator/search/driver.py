@@ -1,0 +1,191 @@
+"""The search itself: bound, predict best first, confirm and rank (steps 4 and 5).
+
+4. **Bound, then predict, best first** (branch and bound): every candidate gets a lower bound
+   of its step time from its own compute and unhidden tensor-parallel traffic
+   (:func:`~simulator.search.bounds.step_bound_s`, milliseconds) and the candidates are taken in order of that bound,
+   a ``batch`` at a time. Each one's step time
+   is predicted from two short simulations instead of a whole one
+   (:func:`~simulator.search.prediction.probe_micro_batches`): past the pipeline's fill every further micro-batch adds
+   the same time, so runs with ``m1`` and ``2*m1`` micro-batches give the step with ``m``
+   (and the same peak memory: the same micro-batches are in flight); candidates with few
+   micro-batches are simulated whole. The search stops when the next bound cannot beat the
+   ``top``-th best prediction: nothing left can enter the top. A candidate that runs out of
+   memory in the simulation goes back in the queue with its next heavier recompute policy.
+5. **Confirm and rank**: the ``top`` best predictions are simulated whole (every point goes
+   through :func:`simulator.sweep.run_sweep`: any executor, cached in ``cache_dir`` when
+   given) and ranked by the objective: ``throughput`` (tokens/s), ``time-to-train`` (hours
+   for ``tokens``) or ``cost`` (dollars for ``tokens`` at the node type's hourly price). On
+   one cluster the three orders agree (time and cost are both proportional to
+   1 / throughput); they differ when several ``nodes`` counts are searched.
+
+A naive data-parallel baseline (PyTorch DDP, no model parallelism) is simulated beside.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from simulator.errors import ScenarioError
+from simulator.memory_estimate import estimate_peak_memory
+from simulator.scenario import Scenario
+from simulator.search.bounds import step_bound_s
+from simulator.search.prediction import Estimate, estimate_round, simulate_rows
+from simulator.search.pricing import PriceTable, chinchilla_tokens, time_to_train_s, training_cost_usd
+from simulator.search.pruning import candidates
+from simulator.search.report import Ranked, SearchReport
+from simulator.search.space import Layout, Objective, SearchSpace, layout_scenario
+from simulator.sweep import SweepProgress
+
+__all__ = ["search"]
+
+
+def _score(objective: Objective, ranked: Ranked) -> float:
+    """Smaller is better."""
+    if objective == "throughput":
+        return -float(ranked.metrics["tokens_per_s"])
+    if objective == "time-to-train":
+        return ranked.time_to_train_s
+    return ranked.cost_usd if ranked.cost_usd is not None else math.inf
+
+
+def search(
+    base: Scenario,
+    *,
+    executor: Any,
+    space: SearchSpace | None = None,
+    objective: Objective = "throughput",
+    tokens: float | None = None,
+    prices: PriceTable | None = None,
+    top: int = 10,
+    batch: int = 8,
+    max_estimates: int = 0,
+    cache_dir: str | None = None,
+    progress: Callable[[str, SweepProgress], None] | None = None,
+) -> SearchReport:
+    """Search the layouts of ``base`` (:mod:`simulator.search`) and return the best ``top`` ranked by
+    ``objective``.
+
+    ``tokens``: the training budget for time and cost (default: 20 tokens per parameter);
+    ``prices``: the node price table (needed for ``cost``); ``batch``: candidates estimated
+    per round (keep it a few times the executor's workers); ``max_estimates``: stop after
+    estimating this many candidates, most promising first (0: until the bound says stop);
+    ``cache_dir``: keep simulated points there (a rerun is then nearly free);
+    ``progress(stage, state)`` is called as points finish.
+    """
+    import tempfile
+    import time
+
+    space = space or SearchSpace()
+    start = time.perf_counter()
+    node = base.cluster.node_type.name
+    price = prices.get(node) if prices is not None else None
+    if objective == "cost" and price is None:
+        raise ScenarioError(f"no price for node type {node!r} in the price table; pass --prices FILE",
+                            field="--objective cost")
+    budget = float(tokens) if tokens is not None else chinchilla_tokens(_params(base))
+    report = SearchReport(objective, budget, tokens_default=tokens is None,
+                          prices={node: price} if price is not None else {})
+    base_json = base.model_dump(mode="json", by_alias=True)
+    profile = _profile(base)
+
+    def score(step_s: float, layout: Layout) -> float:
+        """The objective of a step time (smaller is better)."""
+        tps = base.tokens_per_step / step_s
+        if objective == "throughput":
+            return -tps
+        hours = budget / tps / 3600.0
+        if objective == "time-to-train":
+            return hours
+        assert price is not None
+        return hours * layout.nodes * price.usd_per_hour
+
+    queue = [(score(step_bound_s(c.scenario, profile), c.layout), c) for c in candidates(base, space, report)]
+    report.candidates = len(queue)
+    queue.sort(key=lambda item: (item[0], item[1].label))
+    estimates: list[tuple[float, Estimate]] = []
+    threshold = math.inf
+    with tempfile.TemporaryDirectory(prefix="dtsim-search-") as scratch:
+        folder = cache_dir or scratch
+        stage = 1
+        while queue and queue[0][0] <= threshold:
+            if max_estimates and report.estimated >= max_estimates:
+                report.capped = len(queue)
+                queue = []
+                break
+            round_ = [cand for bound, cand in queue[:batch] if bound <= threshold]  # a prefix: queue is sorted
+            queue = queue[len(round_):]
+            for est in estimate_round(round_, folder, executor, progress, f"estimate {stage}"):
+                report.estimated += 1
+                cand = est.candidate
+                if est.oom:
+                    report.simulated_oom += 1
+                    if cand.fallbacks:  # the next heavier recompute policy the estimate admitted
+                        report.retried += 1
+                        heavier = replace(cand, recompute=cand.fallbacks[0], fallbacks=cand.fallbacks[1:],
+                                          scenario=layout_scenario(base_json, cand.layout, cand.fallbacks[0]))
+                        bisect.insort(queue, (score(step_bound_s(heavier.scenario, profile), heavier.layout),
+                                              heavier), key=lambda item: (item[0], item[1].label))
+                elif est.error is not None:
+                    report.failed += 1
+                else:
+                    assert est.step_s is not None
+                    estimates.append((score(est.step_s, cand.layout), est))
+            estimates.sort(key=lambda item: (item[0], item[1].candidate.label))
+            if len(estimates) >= top:
+                threshold = estimates[top - 1][0]
+            stage += 1
+        report.bounded_out = len(queue)
+        report.predictions = [(e.candidate.label, e.step_s) for _, e in estimates]
+        best = [e.candidate for _, e in estimates[:max(1, top)]]
+        rows = simulate_rows([c.scenario for c in best], folder, executor, progress, "confirm")
+        report.simulated = len(best)
+        report.baseline = _baseline(base, folder, executor, progress)
+
+    for cand, row in zip(best, rows, strict=True):
+        if row.get("error") is not None:
+            report.failed += 1
+            continue
+        seconds = time_to_train_s(budget, float(row["tokens_per_s"]))
+        cost = training_cost_usd(seconds, cand.layout.nodes, price) if price is not None else None
+        report.ranked.append(Ranked(cand, row, budget, seconds, cost))
+    report.ranked.sort(key=lambda r: (_score(objective, r), r.label))
+    report.wall_s = time.perf_counter() - start
+    return report
+
+
+def _profile(base: Scenario) -> Any:
+    from simulator.workload import compute_profile
+
+    return compute_profile(base.cluster.gpu_spec, base.cluster.calibration)
+
+
+def _params(base: Scenario) -> float:
+    from simulator.workload.layout import ModelLayout
+
+    return float(ModelLayout(base).counts.total)
+
+
+def _baseline(base: Scenario, folder: str, executor: Any,
+              progress: Callable[[str, SweepProgress], None] | None) -> dict[str, Any]:
+    """Naive data parallelism on the base cluster: PyTorch DDP, no model parallelism, no
+    recomputation, the base micro-batch. Its memory is estimated and it is simulated."""
+    cluster = base.cluster
+    layout = Layout(cluster.n_nodes, 1, 1, 1, cluster.world_size, base.training.micro_batch, "1f1b", 1, "none", None)
+    out: dict[str, Any] = {"label": layout.label + " rc=none"}
+    try:
+        scenario = layout_scenario(base.model_dump(mode="json", by_alias=True), layout, "none")
+    except ScenarioError as exc:
+        out.update(verdict="invalid", reason=str(exc))
+        return out
+    out["estimated_peak_bytes"] = estimate_peak_memory(scenario).peak_bytes
+    row = simulate_rows([scenario], folder, executor, progress, "baseline")[0]
+    out["metrics"] = row
+    out["verdict"] = "out of memory" if row.get("oom") else ("failed" if row.get("error") else "fits")
+    if row.get("error"):
+        out["reason"] = row["error"]
+    return out
+

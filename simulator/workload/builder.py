@@ -1,0 +1,115 @@
+"""``build_workload``: a scenario's per-rank task DAGs, in one short orchestrating function.
+
+scenario + mesh + compute profile -> layout (chunks, parameters) -> strategy (registered by
+``parallelism.sharding``) -> for each simulated rank (symmetry): its initial memory and its
+pipeline schedule emitted through the narrow emitter -> :class:`~simulator.ir.Program`.
+
+The search and the memory pre-estimate reuse the same pieces (:class:`Workload` without
+``build``), so every estimate costs layers, memory and parameters as the simulation does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.cluster.mesh import Mesh, mesh_for
+from simulator.costs.compute import ComputeProfile
+from simulator.costs.memory import model_state_bytes_per_param
+from simulator.ir import Program
+from simulator.scenario.hardware import nccl_constants
+from simulator.scenario.spec import Scenario
+from simulator.units import GiB
+from simulator.workload.data_parallel import Strategy, strategy_for
+from simulator.workload.emitter import Emitter
+from simulator.workload.fusion import CommTime, layer_comm_private
+from simulator.workload.layers import LayerEmitter
+from simulator.workload.layout import ModelLayout
+from simulator.workload.model import kernels_time_s, optimizer_kernel
+from simulator.workload.pipeline.emit import PipelineEmitter
+from simulator.workload.symmetry import Symmetry
+
+__all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES"]
+
+# CUDA context, cuBLAS/cuDNN workspaces and allocator slack that no tensor accounts for.
+# Estimate: ~0.5 GiB context on recent drivers plus workspaces; shows up in every rank's
+# "other" memory so an OOM verdict is not optimistic.
+CUDA_CONTEXT_BYTES = 1.0 * GiB
+
+
+def overlap_slowdown(scenario: Scenario) -> float:
+    """How much slower kernels run beside a collective: ``sim.overlap_slowdown`` or the
+    measured default of ``topologies/nccl.yaml``."""
+    given = scenario.sim.overlap_slowdown
+    return nccl_constants().overlap_compute_slowdown if given is None else given
+
+
+@dataclass
+class Workload:
+    """Everything the workload stage derives from a scenario, and the program it builds."""
+
+    scenario: Scenario
+    mesh: Mesh
+    profile: ComputeProfile
+    gpus_per_node: int
+    symmetric: bool
+    comm_time: CommTime | None = None
+    node_kind: str = "nvswitch"
+    strategy_tag: str | None = None
+    layout: ModelLayout = field(init=False)
+    symmetry: Symmetry = field(init=False)
+    strategy: Strategy[Any] = field(init=False)
+    layers: LayerEmitter = field(init=False)
+    overlap_slowdown: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        sc = self.scenario
+        self.layout = ModelLayout(sc)
+        self.symmetry = Symmetry(self.mesh, self.gpus_per_node, self.symmetric)
+        self.strategy = strategy_for(sc, self.mesh, self.layout, self.strategy_tag)
+        self.overlap_slowdown = overlap_slowdown(sc)
+        fuse = self.comm_time is not None and layer_comm_private(self.mesh, self.gpus_per_node, self.node_kind)
+        rep = self.mesh.stage_representatives[0]
+        groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp")}
+        self.layers = LayerEmitter(sc, self.layout, self.profile, fuse_layers=fuse,
+                                   comm_time=self.comm_time or (lambda op, group, nbytes: 0.0), groups=groups,
+                                   overlap_slowdown=self.overlap_slowdown, join_group=self.mesh.group,
+                                   symmetric=self.symmetric)
+
+    def optimizer_time_s(self, n_params: float) -> float:
+        train = self.scenario.training
+        kernel = optimizer_kernel(n_params, train.precision, train.optimizer)
+        return kernels_time_s(self.profile, [kernel], train.precision)
+
+    def initial_memory(self, rank: int) -> dict[str, float]:
+        """What a rank holds at t = 0, by category: model states, static buffers, context."""
+        stage = self.mesh.stage(rank)
+        params = self.layout.params_of_stage(stage)
+        per = model_state_bytes_per_param(self.scenario.training.precision, self.scenario.training.optimizer)
+        states = self.strategy.model_states(stage, params, per)
+        return {"params": states.params, "grads": states.grads, "optimizer": states.optimizer,
+                "buffers": self.strategy.static_buffers(params), "other": CUDA_CONTEXT_BYTES}
+
+    def build(self) -> Program:
+        """Emit every simulated rank's iteration into one program."""
+        emitter = Emitter(self.mesh, self.symmetry, self.optimizer_time_s)
+        pipeline = PipelineEmitter(self.scenario, self.layout, self.layers, self.strategy)
+        ranks = self.symmetry.simulated_ranks()
+        for rank in ranks:
+            pipeline.emit_rank(emitter.rank(rank, self.strategy.start_rank(rank)))
+        initial = {r: self.initial_memory(r) for r in ranks}
+        return emitter.program.build(ranks, self.symmetry.represents(ranks), initial)
+
+
+def build_workload(scenario: Scenario, profile: ComputeProfile, *, gpus_per_node: int, symmetric: bool = True,
+                   comm_time: CommTime | None = None, node_kind: str = "nvswitch", mesh: Mesh | None = None,
+                   strategy: str | None = None) -> Workload:
+    """The workload of ``scenario`` (call ``.build()`` for its program).
+
+    ``comm_time(op, group, nbytes)`` costs a collective alone on its links; given, layers
+    whose collectives are private to their group are fused into one task each (the run uses
+    the cluster's planner; the search and estimates leave it out). ``strategy`` overrides the
+    registered data-parallel strategy by tag.
+    """
+    return Workload(scenario, mesh or mesh_for(scenario), profile, gpus_per_node, symmetric, comm_time, node_kind,
+                    strategy)

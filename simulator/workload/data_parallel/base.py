@@ -1,0 +1,142 @@
+"""The data-parallel strategy interface: how gradients are synchronised and states sharded.
+
+One small interface (:class:`Strategy`) and a registry keyed by ``parallelism.sharding``
+(:mod:`simulator.workload.data_parallel`, shared/STYLE.md #7). The pipeline emission calls the hooks
+while it walks a rank's schedule, for every *unit* (0 = embedding, ``layer + 1`` =
+transformer block, ``layers + 1`` = logits), through a
+:class:`~simulator.workload.emitter.RankEmitter` that carries the strategy's own typed state:
+
+* ``model_states`` / ``static_buffers``: what the rank holds from the start;
+* ``start_rank``: the strategy's state for one rank;
+* ``boundary_units``: units after which the strategy needs a hook of its own (the others may
+  be fused into one task);
+* ``before(unit, phase)``: returns the dependencies of the unit's compute (parameter
+  gathering, a blocking reduction to wait for);
+* ``after(unit, phase)``: the unit's compute is issued (release gathered parameters;
+  gradients ready: bucketed reductions);
+* ``finish_rank``: the end of the iteration (last reductions, gradient-norm all-reduce,
+  tied-embedding sync, optimizer step on the local shard, parameter all-gather).
+
+Semantics follow the frameworks' code (shared/REFERENCE.md §2-§4, §9); each strategy's module
+says which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from simulator.cluster.mesh import Mesh
+from simulator.costs.dtypes import bytes_per_element, weight_bytes
+from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
+from simulator.scenario.spec import Scenario
+from simulator.workload.emitter import Collective, RankEmitter
+from simulator.workload.layout import ModelLayout
+
+__all__ = ["Strategy", "grad_reduce_bytes", "param_bytes", "host_memory_bandwidth", "S"]
+
+S = TypeVar("S")
+
+# DeepSpeed's CPU Adam streams fp32 master weights, momentum, variance and the gradient in
+# and out (the same 28 bytes per parameter as the GPU step); it is vectorised and memory
+# bound (ZeRO-Offload, Ren et al. ATC'21 §5.1). Fraction of the host memory bandwidth it
+# reaches (estimate):
+CPU_ADAM_BANDWIDTH_EFFICIENCY = 0.5
+CPU_ADAM_BYTES_PER_PARAM = 28.0
+
+
+def grad_reduce_bytes(scenario: Scenario) -> int:
+    """Bytes per gradient element on the wire: the training dtype unless overridden."""
+    dtype = scenario.training.grad_reduce_dtype
+    if dtype == "auto":
+        return weight_bytes(scenario.training.precision)
+    return bytes_per_element(dtype)
+
+
+def param_bytes(scenario: Scenario) -> int:
+    """Bytes per parameter element as gathered (16-bit weights; fp32 when training in fp32)."""
+    return weight_bytes(scenario.training.precision)
+
+
+def host_memory_bandwidth(given: float | None, sockets: int) -> float:
+    """Host DRAM bandwidth of a node: the node type's figure, else 8 channels of DDR4-3200
+    (25.6 GB/s each) per socket = 204.8 GB/s per socket (estimate)."""
+    return given if given else 204.8e9 * sockets
+
+
+@dataclass
+class Strategy(Generic[S]):
+    """Base strategy: no sharding, no hooks; subclasses own a typed per-rank state ``S``."""
+
+    scenario: Scenario
+    mesh: Mesh
+    layout: ModelLayout
+
+    @property
+    def grad_axis(self) -> str:
+        """The ranks that hold the same parameters: dp, and cp ranks with them."""
+        return "dp_cp" if self.mesh.cp > 1 else "dp"
+
+    @property
+    def dp_ranks(self) -> int:
+        return self.mesh.dp * self.mesh.cp
+
+    # states and buffers ----------------------------------------------------------------
+
+    def model_states(self, stage: int, params: float, per: ModelStateBytes) -> ModelStateBytes:
+        return sharded_model_state_bytes(params, per, stage=0, shard_ranks=1)
+
+    def static_buffers(self, params: float) -> float:
+        return 0.0
+
+    # hooks -------------------------------------------------------------------------------
+
+    def start_rank(self, rank: int) -> S:
+        raise NotImplementedError
+
+    def boundary_units(self, stage: int, phase: str, last: bool) -> set[int] | None:
+        """Units after which the strategy needs its own hook (a task boundary); None = after
+        every unit. Units in between may be fused into one task."""
+        return set()
+
+    def before(self, emit: RankEmitter[S], unit: int, phase: str, mb: int, deps: list[int]) -> list[int]:
+        return deps
+
+    def after(self, emit: RankEmitter[S], unit: int, phase: str, mb: int, task: int, *, last: bool) -> None:
+        return None
+
+    def finish_rank(self, emit: RankEmitter[S]) -> None:
+        deps = self.end_of_backward(emit, [emit.last_compute])
+        emit.optimizer(deps, self.layout.params_of_stage(emit.stage))
+
+    # shared pieces -------------------------------------------------------------------------
+
+    def end_of_backward(self, emit: RankEmitter[S], deps: list[int]) -> list[int]:
+        """Tied-embedding gradient sync between the first and last stage (Megatron)."""
+        out = list(deps)
+        m = self.scenario.model
+        if self.mesh.pp > 1 and m.tied_embeddings and emit.stage in (0, self.mesh.pp - 1):
+            nbytes = self.layout.counts.embedding / self.mesh.tp * grad_reduce_bytes(self.scenario)
+            out.append(emit.collective(Collective("embedding.grad_sync", "all_reduce", "embedding", nbytes,
+                                                  stream="pp", key="step", category="pp"), deps))
+        return out
+
+    def grad_norm(self, emit: RankEmitter[S], group: str, deps: list[int]) -> list[int]:
+        """The gradient-norm all-reduce of sharded optimizers (with gradient clipping)."""
+        if not self.scenario.training.grad_clipping:
+            return deps
+        return [emit.collective(Collective("grad_norm", "all_reduce", group, 8.0, stream="dp", key="norm",
+                                           category="dp"), deps)]
+
+    def offload_step(self, emit: RankEmitter[S], shard_params: float, deps: list[int]) -> list[int]:
+        """ZeRO-Offload: gradient shard to the host, CPU Adam, updated 16-bit shard back."""
+        grad = shard_params * grad_reduce_bytes(self.scenario)
+        down = emit.host_copy("d2h.grads", "d2h", grad, deps)
+        node = self.scenario.cluster.node_type
+        host_bw = host_memory_bandwidth(node.host_memory_bandwidth_bytes_per_s, node.pcie.cpu_sockets)
+        ranks_per_node = self.scenario.cluster.gpus_in_node
+        cpu_s = shard_params * CPU_ADAM_BYTES_PER_PARAM / (host_bw * CPU_ADAM_BANDWIDTH_EFFICIENCY / ranks_per_node)
+        step = emit.task("offload", "cpu_adam", "offload", duration_s=cpu_s, deps=[down],
+                         meta={"params": shard_params, "phase": "optimizer"})
+        up = emit.host_copy("h2d.params", "h2d", shard_params * param_bytes(self.scenario), [step])
+        return [up]

@@ -1,0 +1,83 @@
+"""``sharding: fsdp / hsdp``: PyTorch FSDP FULL_SHARD / SHARD_GRAD_OP, and HYBRID_SHARD.
+
+One unit per transformer block plus the root (the embedding and output parameters, gathered
+once per micro-batch); all-gathers and reduce-scatters share one NCCL stream in issue order;
+``limit_all_gathers`` keeps at most two units gathered; ``BACKWARD_PRE`` prefetches the next
+unit before the current backward; HYBRID_SHARD all-reduces the 1/g gradient shard across
+replicas after every backward (``torch/distributed/fsdp/_runtime_utils.py``;
+shared/REFERENCE.md §4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.workload.data_parallel.zero3 import Zero3
+
+__all__ = ["FSDP"]
+
+
+@dataclass
+class FSDP(Zero3):
+    """PyTorch FSDP FULL_SHARD / SHARD_GRAD_OP; HYBRID_SHARD with ``hybrid``."""
+
+    reduce_stream: str = "shard"  # one NCCL stream for all collectives of the process group, in issue order
+    hybrid: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.hybrid:
+            self.shard_axis = "dp_shard"
+
+    def persistent(self, stage: int) -> float:
+        return 0.0  # FSDP flattens and shards every parameter of a unit
+
+    def gathered_numel(self, stage: int, unit: int) -> float:
+        return self.layout.unit_numel(stage, unit)
+
+    def static_buffers(self, params: float) -> float:
+        return 0.0
+
+    def _is_root(self, unit: int) -> bool:
+        return unit in (0, self.scenario.model.layers + 1)
+
+    def releases_after_forward(self, unit: int) -> bool:
+        """FULL_SHARD reshards after forward, except the root unit (FSDP's heuristic: its
+        parameters would be gathered again at once for backward); SHARD_GRAD_OP never."""
+        return self.scenario.parallelism.fsdp.reshard_after_forward and not self._is_root(unit)
+
+    def needs_gather(self, unit: int, phase: str) -> bool:
+        return phase == "fwd" or self.releases_after_forward(unit)
+
+    def reduce_bucket_elements(self) -> float:
+        return 0.0  # each unit's flat gradient is reduce-scattered right after its backward
+
+    def prefetch_before(self, phase: str) -> bool:
+        return not (phase == "bwd" and self.scenario.parallelism.fsdp.backward_prefetch == "post")
+
+    def prefetch_plan(self, stage: int, phase: str, order: list[int]) -> list[tuple[int, float]]:
+        """Forward: the CPU runs ahead and issues the next unit's all-gather (the rate limiter
+        holds it to one unit ahead); backward: BACKWARD_PRE / POST prefetch one unit, or none."""
+        fsdp = self.scenario.parallelism.fsdp
+        if phase == "bwd" and fsdp.backward_prefetch == "none":
+            return []
+        ahead = 1 if fsdp.limit_all_gathers else 2
+        plan: list[tuple[int, float]] = []
+        for nxt in order:
+            if len(plan) == ahead:
+                break
+            size = self.gathered_numel(stage, nxt)
+            if self.needs_gather(nxt, phase) and size > 0:
+                plan.append((nxt, size))
+        return plan
+
+    def gather_window(self, stage: int) -> int:
+        """limit_all_gathers: the next unit's all-gather waits until the unit before the
+        current one has finished (its parameters freed): two units gathered at most."""
+        return 1 if self.scenario.parallelism.fsdp.limit_all_gathers else 2
+
+    def overlap(self) -> bool:
+        return True
+
+    def replicate_axis(self) -> str | None:
+        return "dp_replicate" if self.hybrid and len(self.mesh.group(0, "dp_replicate")) > 1 else None

@@ -1,0 +1,154 @@
+"""Emitting the units of one pass (forward or backward of a chunk) as tasks.
+
+Each unit's layer steps come from the in-layer passes (:mod:`simulator.workload.parallel`),
+timed once per (kind, phase). Without fusion every step is a task: compute steps on the
+compute stream, TP/CP collectives on their streams, joined across the group's simulated
+members. With fusion (:mod:`simulator.workload.fusion`) a run of units between two strategy
+hooks is one compute task with its inner timeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from simulator.costs.compute import ComputeProfile
+from simulator.ir import MemDelta
+from simulator.scenario.spec import Scenario
+from simulator.workload.activations import ActivationSizes, shard_of
+from simulator.workload.emitter import RankEmitter
+from simulator.workload.fusion import CommTime, Job, Macro, fuse, job_label
+from simulator.workload.layout import Chunk, ModelLayout
+from simulator.workload.parallel import layer_steps
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, TimedStep, timed
+
+__all__ = ["LayerEmitter"]
+
+
+class LayerEmitter:
+    """Times layer steps and emits units as tasks (see the module docstring)."""
+
+    def __init__(self, scenario: Scenario, layout: ModelLayout, profile: ComputeProfile, *, fuse_layers: bool,
+                 comm_time: CommTime, groups: dict[str, tuple[int, ...]], overlap_slowdown: float,
+                 join_group: Callable[[int, str], tuple[int, ...]], symmetric: bool) -> None:
+        self.sc = scenario
+        self.layout = layout
+        self.profile = profile
+        self.shard = shard_of(scenario)
+        self.activations = ActivationSizes.of(scenario)
+        self.fuse_layers = fuse_layers
+        self.comm_time = comm_time
+        self.groups = groups
+        self.overlap_slowdown = overlap_slowdown
+        self.join_group = join_group
+        self.symmetric = symmetric
+        self._steps: dict[tuple[str, str], list[TimedStep]] = {}
+        self._macros: dict[tuple[str, tuple[str, ...]], Macro] = {}
+
+    # layer programs (cached) ----------------------------------------------------------------
+
+    def steps(self, kind: str, phase: str) -> list[TimedStep]:
+        """The timed steps of one unit kind (embedding, block, logits) in one phase."""
+        key = (kind, phase)
+        found = self._steps.get(key)
+        if found is None:
+            par, train = self.sc.parallelism, self.sc.training
+            spec = LayerSpec(self.sc.model, self.shard, kind, phase, tp_overlap=par.tp_overlap,
+                             comm_overlap=par.tp_comm_overlap,
+                             selective=kind == "block" and train.recompute == "selective" and phase == "bwd")
+            found = self._steps[key] = timed(layer_steps(spec), self.profile, train.precision,
+                                             self.shard.flash_version)
+        return found
+
+    def jobs(self, unit: int, phase: str) -> list[Job]:
+        """The layer passes of a unit in execution order (a block under full recomputation
+        replays its forward first), with the activation bytes each allocates and frees."""
+        kind, layer = self.layout.unit_kind(unit)
+        stored = self.activations.stored(kind)
+        if phase == "fwd":
+            return [Job(kind, "fwd", layer, self.steps(kind, "fwd"), 0.0, stored)]
+        jobs = []
+        if kind == "block" and self.sc.training.recompute == "full":
+            jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd"), 0.0, 0.0))
+        workspace = self.activations.backward_workspace if kind == "block" else 0.0
+        jobs.append(Job(kind, "bwd", layer, self.steps(kind, "bwd"), workspace, -(workspace + stored)))
+        return jobs
+
+    # emission ----------------------------------------------------------------------------------
+
+    def emit(self, emit: RankEmitter[Any], chunk: Chunk, units: tuple[int, ...], phase: str, mb: int,
+             deps: list[int]) -> int:
+        """Emit a run of units (one unit unless fused); returns the task the next one follows."""
+        if self.fuse_layers:
+            return self._emit_macro(emit, chunk, units, phase, mb, deps)
+        last = -1
+        for job in self.jobs(units[0], phase):
+            last = self._emit_steps(emit, job, mb, chunk, deps)
+            deps = [last]
+        return last
+
+    def _emit_steps(self, emit: RankEmitter[Any], job: Job, mb: int, chunk: Chunk, deps: list[int]) -> int:
+        """Emit one layer's steps as tasks; returns the id of its last compute task."""
+        label = job_label(job.kind, job.phase, job.layer)
+        layer, phase = job.layer, job.phase
+        pending_overlap: int | None = None
+        last = -1
+        n_compute = sum(1 for s in job.steps if isinstance(s.step, ComputeStep))
+        seen = 0
+        for step_timed in job.steps:
+            step = step_timed.step
+            if isinstance(step, CommStep):
+                group = "cp" if step.axis == "cp" else "tp"
+                comm = emit.emitter.comm_op(emit.rank, step.op, group, step.nbytes)  # type: ignore[arg-type]
+                join = (group, comm.group, mb, chunk.index, layer, phase, step.name)
+                tid = emit.task(group, step.name, group, comm=comm, join=join, deps=list(deps),
+                                meta={"mb": mb, "layer": layer, "phase": phase})
+                if step.overlap:
+                    pending_overlap = tid
+                else:
+                    deps = [tid]
+                continue
+            seen += 1
+            mem: list[MemDelta] = []
+            if seen == 1 and job.mem_start:
+                mem.append(MemDelta(False, job.mem_start, "activations"))
+            if seen == n_compute and job.mem_end:
+                mem.append(MemDelta(True, job.mem_end, "activations"))
+            tid = emit.compute(f"{label}.{step.name}", step_timed.duration_s, list(deps), mem=tuple(mem),
+                               meta={"mb": mb, "layer": layer, "phase": phase, "flops": step_timed.flops,
+                                     "chunk": chunk.index})
+            deps = [tid] + ([pending_overlap] if pending_overlap is not None else [])
+            pending_overlap = None
+            last = tid
+        # a trailing overlapped collective must finish before the next layer
+        if pending_overlap is not None:
+            last = emit.compute(f"{label}.join", 0.0, [last, pending_overlap])
+        return last
+
+    def _macro(self, units: tuple[int, ...], phase: str) -> Macro:
+        kinds = tuple(self.layout.unit_kind(u)[0] for u in units)
+        key = (phase, kinds)
+        found = self._macros.get(key)
+        if found is None:
+            jobs = [job for u in units for job in self.jobs(u, phase)]
+            found = self._macros[key] = fuse(jobs, self.comm_time, self.groups, self.overlap_slowdown)
+        return found
+
+    def _emit_macro(self, emit: RankEmitter[Any], chunk: Chunk, units: tuple[int, ...], phase: str, mb: int,
+                    deps: list[int]) -> int:
+        macro = self._macro(units, phase)
+        first_kind, first_layer = self.layout.unit_kind(units[0])
+        last_kind, last_layer = self.layout.unit_kind(units[-1])
+        name = f"{phase}.{first_kind}{'' if first_layer < 0 else first_layer}"
+        if len(units) > 1:
+            name += f"..{last_kind}{'' if last_layer < 0 else last_layer}"
+        join = None
+        if not self.symmetric and macro.has_comm:
+            join = ("layers", self.join_group(emit.rank, "tp_cp"), mb, chunk.index, phase, units[0])
+        meta = {"mb": mb, "phase": phase, "chunk": chunk.index, "layer": first_layer, "units": (units[0], units[-1]),
+                "flops": macro.flops, "compute_s": macro.compute_s, "comm_s": macro.comm_s,
+                "exposed_s": macro.exposed_s, "parts": macro.parts, "nominal_s": macro.duration_s}
+        task = emit.task("compute", name, "compute", duration_s=macro.duration_s, deps=deps, join=join,
+                         mem=macro.mem, meta=meta)
+        emit.last_compute = task
+        return task

@@ -1,0 +1,132 @@
+"""Where the model's layers and parameters live: pipeline chunks and per-stage parameter lists.
+
+The model is cut into *units* executed in order: 0 = the embedding, ``layer + 1`` =
+transformer block ``layer``, ``layers + 1`` = the final norm, output projection and loss.
+A :class:`Chunk` is one virtual pipeline stage, a contiguous run of blocks plus the
+embedding (first chunk) and the logits (last chunk); pipeline rank ``p`` holds chunks
+``p, p + pp, ...`` (interleaved schedules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from simulator.costs.flops import ParamCounts, param_counts
+from simulator.scenario.spec import Scenario
+from simulator.workload.data_parallel.buckets import Param
+
+__all__ = ["Chunk", "ModelLayout", "UnitKind"]
+
+UnitKind = Literal["embedding", "block", "logits"]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One virtual pipeline stage: a contiguous run of layers (plus embedding / logits)."""
+
+    index: int
+    layers: tuple[int, ...]
+    embedding: bool
+    logits: bool
+
+
+@dataclass
+class ModelLayout:
+    """The scenario's model cut into chunks, with the parameters each tensor-parallel rank holds."""
+
+    scenario: Scenario
+    counts: ParamCounts = field(init=False)
+    chunks: list[Chunk] = field(init=False)
+    _stage_params: dict[int, list[Param]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        m = self.scenario.model
+        self.counts = param_counts(
+            layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads, ffn_hidden=m.ffn,
+            vocab=m.vocab, seq_len=m.seq_len, mlp=m.mlp, norm=m.norm, position_embedding=m.position_embedding,
+            tied_embeddings=m.tied_embeddings, bias=m.bias,
+        )
+        counts = self.scenario.stage_layer_counts
+        chunks, start = [], 0
+        for i, n in enumerate(counts):
+            chunks.append(Chunk(i, tuple(range(start, start + n)), i == 0, i == len(counts) - 1))
+            start += n
+        self.chunks = chunks
+
+    # chunks and units ----------------------------------------------------------------------
+
+    def chunk_of(self, pp_rank: int, local_chunk: int) -> Chunk:
+        return self.chunks[local_chunk * self.scenario.parallelism.pp + pp_rank]
+
+    def chunks_of_stage(self, pp_rank: int) -> list[Chunk]:
+        par = self.scenario.parallelism
+        return [self.chunk_of(pp_rank, c) for c in range(par.virtual_stages)]
+
+    def units_of(self, chunk: Chunk) -> list[int]:
+        """Units of a chunk in forward order: 0 = embedding, layer + 1, layers + 1 = logits."""
+        units = [0] if chunk.embedding else []
+        units += [layer + 1 for layer in chunk.layers]
+        if chunk.logits:
+            units.append(self.scenario.model.layers + 1)
+        return units
+
+    def unit_kind(self, unit: int) -> tuple[UnitKind, int]:
+        """(kind, layer index) of a unit; the layer is -1 for the embedding."""
+        if unit == 0:
+            return "embedding", -1
+        if unit == self.scenario.model.layers + 1:
+            return "logits", self.scenario.model.layers
+        return "block", unit - 1
+
+    # parameters ----------------------------------------------------------------------------
+
+    def chunk_params(self, chunk: Chunk) -> list[Param]:
+        """Parameters one tensor-parallel rank holds for ``chunk``, in definition order.
+
+        Column-parallel weights and biases (qkv, fc1) and row-parallel weights (proj, fc2)
+        are split by tp; row-parallel biases and norms are replicated; embeddings are
+        vocab-parallel. With tied embeddings the last pipeline stage keeps its own copy of the
+        matrix for the output projection (Megatron).
+        """
+        m, t = self.scenario.model, self.scenario.parallelism.tp
+        d = m.head_dim
+        norm = (2 if m.norm == "layernorm" else 1) * m.hidden
+        n_up = 2 if m.mlp == "swiglu" else 1
+        qkv_width = (m.heads + 2 * m.n_kv_heads) * d
+        bias = 1 if m.bias else 0
+        params: list[Param] = []
+        if chunk.embedding:
+            params.append(Param("embedding", self.counts.embedding // t + self.counts.position, 0))
+        for layer in chunk.layers:
+            u = layer + 1
+            params += [
+                Param(f"l{layer}.ln1", norm, u),
+                Param(f"l{layer}.qkv", (m.hidden * qkv_width + bias * qkv_width) // t, u),
+                Param(f"l{layer}.proj", m.hidden * m.hidden // t + bias * m.hidden, u),
+                Param(f"l{layer}.ln2", norm, u),
+                Param(f"l{layer}.fc1", (n_up * m.hidden * m.ffn + bias * n_up * m.ffn) // t, u),
+                Param(f"l{layer}.fc2", m.hidden * m.ffn // t + bias * m.hidden, u),
+            ]
+        if chunk.logits:
+            output = self.counts.output or (0 if chunk.embedding else self.counts.embedding)
+            params.append(Param("final_norm+output", self.counts.final_norm + output // t, m.layers + 1))
+        return params
+
+    def params_of_chunk(self, chunk: Chunk) -> float:
+        return float(sum(p.numel for p in self.chunk_params(chunk)))
+
+    def stage_params(self, pp_rank: int) -> list[Param]:
+        found = self._stage_params.get(pp_rank)
+        if found is None:
+            found = self._stage_params[pp_rank] = [p for c in self.chunks_of_stage(pp_rank) for p in self.chunk_params(c)]
+        return found
+
+    def params_of_stage(self, pp_rank: int) -> float:
+        return sum(self.params_of_chunk(c) for c in self.chunks_of_stage(pp_rank))
+
+    def unit_params(self, stage: int, unit: int) -> list[Param]:
+        return [p for p in self.stage_params(stage) if p.unit == unit]
+
+    def unit_numel(self, stage: int, unit: int) -> float:
+        return float(sum(p.numel for p in self.unit_params(stage, unit)))

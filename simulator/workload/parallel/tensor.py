@@ -1,0 +1,225 @@
+"""Megatron tensor (and sequence) parallelism: where the TP collectives sit in each layer.
+
+Registered as the ``tp`` pass of :mod:`simulator.workload.parallel`; sequence parallelism is
+its variant (``shard.sequence_parallel``), since it moves the same collectives.
+
+A layer becomes a list of *steps*: compute steps (kernels on the compute stream) and
+collectives on the TP group (shared/REFERENCE.md §5; Shoeybi et al. 2019 §3, Korthikanti
+et al. 2022 §4.2.2, Megatron-LM ``core/tensor_parallel/layers.py``). D = b*s*h*e bytes
+(s/cp tokens under context parallelism), the full (gathered) tensor:
+
+* TP only, forward: compute, AR(D) after the attention projection, compute, AR(D) after
+  fc2. Backward: AR of the input gradient after the fc1 and qkv input-gradient GEMMs,
+  each overlapped with that layer's weight-gradient GEMM (``tp_overlap``).
+* TP + SP, forward: AG before qkv, RS after proj, AG before fc1, RS after fc2.
+  Backward: AG of the output gradient before fc2 and proj (RS's backward), the extra AG
+  that re-gathers the saved input for the fc1/qkv weight gradient (overlapped with the
+  input-gradient GEMM), RS of the input gradient (overlapped with the weight gradient):
+  4 AG + 2 RS per layer.
+* Full recomputation replays the forward, collectives included (6 ARs per layer, ZeRO §8).
+* ``tp_comm_overlap`` (Megatron-Core ``--tp-comm-overlap``, Transformer Engine userbuffers;
+  Wang et al. 2023, "Overlap communication with dependent computation via decomposition"):
+  each all-gather is split into tp chunks pipelined with the GEMM that consumes it, and
+  each reduce-scatter with the GEMM that produces it. A collective then runs beside its
+  GEMM: the pair takes max(GEMM slowed by the shared SMs, collective), not their sum.
+"""
+
+from __future__ import annotations
+
+from simulator.scenario.spec import ModelSpec
+from simulator.workload.model import Kernel, Shard, backward_of, block_forward, embedding_forward, logits_forward
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step, attention_core
+
+__all__ = ["block_steps", "embedding_steps", "logits_steps", "place"]
+
+
+def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
+    """Tensor (and sequence) parallelism's pass over one layer: with tp > 1 the layer's
+    kernels are regrouped around the TP collectives; with tp = 1 the steps stay as they are."""
+    if spec.shard.tp == 1:
+        return steps
+    if spec.kind == "block":
+        return block_steps(spec.model, spec.shard, spec.phase, tp_overlap=spec.tp_overlap,
+                           selective=spec.selective, comm_overlap=spec.comm_overlap)
+    if spec.kind == "embedding":
+        return embedding_steps(spec.model, spec.shard, spec.phase)
+    return logits_steps(spec.model, spec.shard, spec.phase)
+
+
+def _pick(kernels: list[Kernel], *names: str) -> tuple[Kernel, ...]:
+    wanted = set(names)
+    return tuple(k for k in kernels if k.name in wanted)
+
+
+def _tensor_bytes(model: ModelSpec, shard: Shard) -> float:
+    return shard.tokens * model.hidden * shard.elem
+
+
+def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool = True,
+                selective: bool = False, comm_overlap: bool = False) -> list[Step]:
+    """Steps of one transformer block: phase ``fwd`` or ``bwd`` (selective: re-run the core)."""
+    fwd = block_forward(model, shard)
+    core = attention_core(fwd)
+    core_names = [k.name for k in core]
+    steps: list[Step]
+    if phase == "fwd":
+        if shard.tp == 1:
+            steps = [ComputeStep("fwd", tuple(fwd))]
+        elif comm_overlap and shard.sequence_parallel:
+            steps = _fwd_sp_pipelined(model, shard, fwd, core_names)
+        else:
+            steps = _fwd_tp(model, shard, fwd, core_names)
+    else:
+        bwd = backward_of(fwd)
+        recompute = tuple(core) if selective else ()
+        if shard.tp == 1:
+            steps = [ComputeStep("bwd", recompute + tuple(bwd))]
+        elif comm_overlap and shard.sequence_parallel:
+            steps = _bwd_sp_pipelined(model, shard, bwd, core_names, recompute)
+        else:
+            steps = _bwd_tp(model, shard, bwd, core_names, recompute, tp_overlap)
+    return steps
+
+
+def _fwd_tp(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) -> list[Step]:
+    d = _tensor_bytes(model, shard)
+    if not shard.sequence_parallel:
+        return [
+            ComputeStep("attn", _pick(fwd, "ln1", "qkv", *core, "proj")),
+            CommStep("tp.ar.attn", "all_reduce", d),
+            ComputeStep("mlp", _pick(fwd, "residual1", "ln2", "fc1", "act", "fc2")),
+            CommStep("tp.ar.mlp", "all_reduce", d),
+            ComputeStep("out", _pick(fwd, "residual2")),
+        ]
+    return [
+        ComputeStep("ln1", _pick(fwd, "ln1")),
+        CommStep("tp.ag.attn", "all_gather", d),
+        ComputeStep("attn", _pick(fwd, "qkv", *core, "proj")),
+        CommStep("tp.rs.attn", "reduce_scatter", d),
+        ComputeStep("ln2", _pick(fwd, "residual1", "ln2")),
+        CommStep("tp.ag.mlp", "all_gather", d),
+        ComputeStep("mlp", _pick(fwd, "fc1", "act", "fc2")),
+        CommStep("tp.rs.mlp", "reduce_scatter", d),
+        ComputeStep("out", _pick(fwd, "residual2")),
+    ]
+
+
+def _bwd_tp(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: list[str], recompute: tuple[Kernel, ...],
+            overlap: bool) -> list[Step]:
+    d = _tensor_bytes(model, shard)
+    core_bwd = [n + ".bwd" for n in core] + [n + ".dgrad" for n in core] + [n + ".wgrad" for n in core]
+    if not shard.sequence_parallel:
+        return [
+            ComputeStep("mlp.bwd", _pick(bwd, "residual2.bwd", "fc2.dgrad", "fc2.wgrad", "act.bwd", "fc1.dgrad")),
+            CommStep("tp.ar.mlp.bwd", "all_reduce", d, overlap=overlap),
+            ComputeStep("fc1.wgrad", _pick(bwd, "fc1.wgrad")),
+            ComputeStep("attn.bwd", recompute + _pick(bwd, "ln2.bwd", "residual1.bwd", "proj.dgrad", "proj.wgrad",
+                                                      *core_bwd, "qkv.dgrad")),
+            CommStep("tp.ar.attn.bwd", "all_reduce", d, overlap=overlap),
+            ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
+            ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
+        ]
+    return [
+        ComputeStep("out.bwd", _pick(bwd, "residual2.bwd")),
+        CommStep("tp.ag.mlp.grad", "all_gather", d),
+        ComputeStep("fc2.bwd", _pick(bwd, "fc2.dgrad", "fc2.wgrad", "act.bwd")),
+        CommStep("tp.ag.mlp.input", "all_gather", d, overlap=overlap),
+        ComputeStep("fc1.dgrad", _pick(bwd, "fc1.dgrad")),
+        CommStep("tp.rs.mlp.bwd", "reduce_scatter", d, overlap=overlap),
+        ComputeStep("fc1.wgrad", _pick(bwd, "fc1.wgrad")),
+        ComputeStep("ln2.bwd", _pick(bwd, "ln2.bwd", "residual1.bwd")),
+        CommStep("tp.ag.attn.grad", "all_gather", d),
+        ComputeStep("attn.bwd", recompute + _pick(bwd, "proj.dgrad", "proj.wgrad", *core_bwd)),
+        CommStep("tp.ag.attn.input", "all_gather", d, overlap=overlap),
+        ComputeStep("qkv.dgrad", _pick(bwd, "qkv.dgrad")),
+        CommStep("tp.rs.attn.bwd", "reduce_scatter", d, overlap=overlap),
+        ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
+        ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
+    ]
+
+
+def _fwd_sp_pipelined(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) -> list[Step]:
+    """Forward under TP + SP with every collective beside its GEMM: AG with qkv and fc1 (the
+    GEMMs consuming the gathered input), RS with proj and fc2 (the GEMMs producing it)."""
+    d = _tensor_bytes(model, shard)
+    return [
+        ComputeStep("ln1", _pick(fwd, "ln1")),
+        CommStep("tp.ag.attn", "all_gather", d, overlap=True),
+        ComputeStep("qkv", _pick(fwd, "qkv")),
+        ComputeStep("core", _pick(fwd, *core)),
+        CommStep("tp.rs.attn", "reduce_scatter", d, overlap=True),
+        ComputeStep("proj", _pick(fwd, "proj")),
+        ComputeStep("ln2", _pick(fwd, "residual1", "ln2")),
+        CommStep("tp.ag.mlp", "all_gather", d, overlap=True),
+        ComputeStep("fc1", _pick(fwd, "fc1")),
+        ComputeStep("act", _pick(fwd, "act")),
+        CommStep("tp.rs.mlp", "reduce_scatter", d, overlap=True),
+        ComputeStep("fc2", _pick(fwd, "fc2")),
+        ComputeStep("out", _pick(fwd, "residual2")),
+    ]
+
+
+def _bwd_sp_pipelined(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: list[str],
+                      recompute: tuple[Kernel, ...]) -> list[Step]:
+    """Backward under TP + SP with every collective beside a GEMM: the output-gradient AG
+    with the dgrad GEMM consuming it, the input re-gather with the dgrad GEMM, the input-
+    gradient RS with the wgrad GEMM (Megatron-Core's bulk overlaps and split pipelines)."""
+    d = _tensor_bytes(model, shard)
+    core_bwd = [n + ".bwd" for n in core] + [n + ".dgrad" for n in core] + [n + ".wgrad" for n in core]
+    return [
+        ComputeStep("out.bwd", _pick(bwd, "residual2.bwd")),
+        CommStep("tp.ag.mlp.grad", "all_gather", d, overlap=True),
+        ComputeStep("fc2.dgrad", _pick(bwd, "fc2.dgrad")),
+        ComputeStep("fc2.wgrad", _pick(bwd, "fc2.wgrad", "act.bwd")),
+        CommStep("tp.ag.mlp.input", "all_gather", d, overlap=True),
+        ComputeStep("fc1.dgrad", _pick(bwd, "fc1.dgrad")),
+        CommStep("tp.rs.mlp.bwd", "reduce_scatter", d, overlap=True),
+        ComputeStep("fc1.wgrad", _pick(bwd, "fc1.wgrad")),
+        ComputeStep("ln2.bwd", _pick(bwd, "ln2.bwd", "residual1.bwd")),
+        CommStep("tp.ag.attn.grad", "all_gather", d, overlap=True),
+        ComputeStep("proj.dgrad", _pick(bwd, "proj.dgrad")),
+        ComputeStep("attn.bwd", recompute + _pick(bwd, "proj.wgrad", *core_bwd)),
+        CommStep("tp.ag.attn.input", "all_gather", d, overlap=True),
+        ComputeStep("qkv.dgrad", _pick(bwd, "qkv.dgrad")),
+        CommStep("tp.rs.attn.bwd", "reduce_scatter", d, overlap=True),
+        ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
+        ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
+    ]
+
+
+def embedding_steps(model: ModelSpec, shard: Shard, phase: str) -> list[Step]:
+    """Vocab-parallel embedding: AR (RS under SP) of its output in forward; backward local."""
+    fwd = embedding_forward(model, shard)
+    if phase == "bwd":
+        return [ComputeStep("embedding.bwd", tuple(backward_of(fwd)))]
+    steps: list[Step] = [ComputeStep("embedding", tuple(fwd))]
+    if shard.tp > 1:
+        op = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
+        steps.append(CommStep("tp.embedding", op, _tensor_bytes(model, shard)))
+    return steps
+
+
+def logits_steps(model: ModelSpec, shard: Shard, phase: str) -> list[Step]:
+    """Output layer and vocab-parallel cross entropy (three tiny ARs of b*s fp32 values)."""
+    fwd = logits_forward(model, shard)
+    d = _tensor_bytes(model, shard)
+    small = 3 * shard.tokens * 4.0
+    if phase == "fwd":
+        steps: list[Step] = []
+        if shard.tp > 1 and shard.sequence_parallel:
+            steps += [ComputeStep("final_ln", _pick(fwd, "final_ln")), CommStep("tp.ag.logits", "all_gather", d),
+                      ComputeStep("logits", _pick(fwd, "logits", "cross_entropy"))]
+        else:
+            steps.append(ComputeStep("logits", tuple(fwd)))
+        if shard.tp > 1:
+            steps.append(CommStep("tp.ar.loss", "all_reduce", small))
+        return steps
+    bwd = backward_of(fwd)
+    if shard.tp == 1:
+        return [ComputeStep("logits.bwd", tuple(bwd))]
+    op = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
+    return [
+        ComputeStep("logits.bwd", _pick(bwd, "cross_entropy.bwd", "logits.dgrad")),
+        CommStep("tp.logits.bwd", op, d, overlap=True),
+        ComputeStep("logits.wgrad", _pick(bwd, "logits.wgrad", "final_ln.bwd")),
+    ]

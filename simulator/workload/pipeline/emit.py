@@ -1,0 +1,123 @@
+"""Walking one rank's pipeline schedule: forward and backward passes of its chunks, the
+point-to-point transfers between stages, and the data-parallel strategy's hooks.
+
+For every action of the schedule (:mod:`.schedules`) the rank receives its input
+(activations forward, gradients backward) from the neighbouring stage, runs the chunk's units
+(:class:`~simulator.workload.layers.LayerEmitter`; the strategy's ``before``/``after`` hooks
+around each), and sends its output on. A receive is posted when the rank's previous compute
+is issued (``last_compute``); the sender and receiver join on one key, so the transfer starts
+when both are ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from simulator.ir import CommOp
+from simulator.scenario.spec import Scenario
+from simulator.workload.data_parallel import Strategy
+from simulator.workload.emitter import RankEmitter
+from simulator.workload.layers import LayerEmitter
+from simulator.workload.layout import Chunk, ModelLayout
+from simulator.workload.pipeline.schedules import Action, pipeline_schedule
+
+__all__ = ["PipelineEmitter"]
+
+
+class PipelineEmitter:
+    """Emits a rank's whole iteration (see the module docstring)."""
+
+    def __init__(self, scenario: Scenario, layout: ModelLayout, layers: LayerEmitter, strategy: Strategy[Any]) -> None:
+        self.sc = scenario
+        self.layout = layout
+        self.layers = layers
+        self.strategy = strategy
+        shard = layers.shard
+        self.p2p_bytes = shard.norm_tokens * scenario.model.hidden * shard.elem
+
+    def emit_rank(self, emit: RankEmitter[Any]) -> None:
+        par = self.sc.parallelism
+        schedule = pipeline_schedule(par.pipeline_schedule, par.pp, emit.stage, self.sc.micro_batches,
+                                     par.virtual_stages)
+        last_b = {}
+        for i, action in enumerate(schedule):
+            if action.kind == "B":
+                last_b[action.chunk] = i
+        for i, action in enumerate(schedule):
+            if action.kind == "F":
+                self._forward(emit, action)
+            else:
+                self._backward(emit, action, last=(last_b[action.chunk] == i))
+        self.strategy.finish_rank(emit)
+        emit.finished = True
+
+    # forward / backward of one chunk for one micro-batch -------------------------------------
+
+    def _forward(self, emit: RankEmitter[Any], action: Action) -> None:
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
+        mb = action.microbatch
+        deps: list[int] = []
+        if chunk.index > 0:
+            deps.append(self._p2p(emit, chunk.index - 1, chunk.index, mb, "act", sending=False, deps=None))
+        deps = self._run_units(emit, chunk, self.layout.units_of(chunk), "fwd", mb, deps, last=False)
+        if not chunk.logits:
+            self._p2p(emit, chunk.index, chunk.index + 1, mb, "act", sending=True, deps=deps)
+
+    def _backward(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> None:
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
+        mb = action.microbatch
+        deps: list[int] = []
+        if not chunk.logits:
+            deps.append(self._p2p(emit, chunk.index + 1, chunk.index, mb, "grad", sending=False, deps=None))
+        units = list(reversed(self.layout.units_of(chunk)))
+        deps = self._run_units(emit, chunk, units, "bwd", mb, deps, last=last)
+        if not chunk.embedding:
+            self._p2p(emit, chunk.index, chunk.index - 1, mb, "grad", sending=True, deps=deps)
+
+    def _run_units(self, emit: RankEmitter[Any], chunk: Chunk, units: list[int], phase: str, mb: int,
+                   deps: list[int], *, last: bool) -> list[int]:
+        """Emit the units of one pass, fused into as few tasks as the strategy's hooks allow."""
+        for group in self._groups(emit.stage, units, phase, last):
+            for unit in group:
+                deps = self.strategy.before(emit, unit, phase, mb, deps)
+            task = self.layers.emit(emit, chunk, tuple(group), phase, mb, deps)
+            deps = [task]
+            for unit in group:
+                self.strategy.after(emit, unit, phase, mb, task, last=last)
+        return deps
+
+    def _groups(self, stage: int, units: list[int], phase: str, last: bool) -> list[list[int]]:
+        """Runs of units with no strategy hook between them (one unit each without fusion)."""
+        if not self.layers.fuse_layers:
+            return [[u] for u in units]
+        cut = self.strategy.boundary_units(stage, phase, last)
+        groups: list[list[int]] = [[]]
+        for unit in units:
+            groups[-1].append(unit)
+            if cut is None or unit in cut:
+                groups.append([])
+        return [g for g in groups if g]
+
+    # point-to-point ----------------------------------------------------------------------------
+
+    def _peer(self, emit: RankEmitter[Any], rank: int, to_chunk: int) -> int:
+        return emit.mesh.moved(rank, pp=to_chunk % self.sc.parallelism.pp)
+
+    def _p2p(self, emit: RankEmitter[Any], src_chunk: int, dst_chunk: int, mb: int, what: str, *, sending: bool,
+             deps: list[int] | None) -> int:
+        """A send (after ``deps``) or a receive (posted after the rank's last compute)."""
+        rank = emit.rank
+        if sending:
+            src, dst = rank, self._peer(emit, rank, dst_chunk)
+            pairs = tuple((x, self._peer(emit, x, dst_chunk)) for x in emit.siblings())
+        else:
+            src, dst = self._peer(emit, rank, src_chunk), rank
+            pairs = tuple((self._peer(emit, x, src_chunk), x) for x in emit.siblings())
+            deps = [emit.last_compute] if emit.last_compute >= 0 else []
+        comm = CommOp("p2p", (src, dst), self.p2p_bytes, "pp", pairs, "direct")
+        position = emit.mesh.moved(src, pp=0)  # the pipeline src and dst belong to
+        join: Hashable = ("pp", what, mb, src_chunk, dst_chunk, position)
+        kind = "send" if sending else "recv"
+        return emit.task(f"pp.{kind}.{what}", f"{kind}.{what}", "pp", comm=comm, join=join, deps=deps or [],
+                         meta={"mb": mb, "src": src, "dst": dst, "src_chunk": src_chunk, "dst_chunk": dst_chunk})
