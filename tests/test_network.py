@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.engine.network import Network, PhaseLoad
+from simulator.engine.network import PhaseLoad, network_model
 
 GiB = 2**30
 
@@ -12,11 +12,11 @@ GiB = 2**30
 def _run(capacities, transfers, mode="flow"):
     """transfers: list of (start_s, classes, flows, bytes_per_flow, latency_s, cap); returns end times."""
     env = simpy.Environment()
-    net = Network(env, np.array(capacities, dtype=float), mode=mode)
+    net = network_model(mode)(env, np.array(capacities, dtype=float))
     ends = [None] * len(transfers)
 
     def start(i, load):
-        net.transfer([load], lambda: ends.__setitem__(i, env.now))
+        net.transfer_phases([load], lambda: ends.__setitem__(i, env.now))
 
     for i, (t0, classes, flows, nbytes, latency, *cap) in enumerate(transfers):
         load = PhaseLoad(np.array(classes), np.array(flows, dtype=float), nbytes, latency,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import simulator
 from simulator.cluster import build_cluster
-from simulator.engine.network import Network, PhaseLoad
+from simulator.engine.network import FlowNetwork, PhaseLoad
 from simulator.scenario import ClusterSpec
 
 NODES = ["dgx-a100", "p4d.24xlarge", "p3dn.24xlarge", "g5.48xlarge", "dgx-h100"]
@@ -61,7 +61,7 @@ transfer = st.tuples(
 @given(transfers=st.lists(transfer, min_size=1, max_size=8), caps=st.lists(st.floats(1e9, 5e10), min_size=4, max_size=4))
 def test_bytes_are_conserved_and_every_transfer_ends(transfers, caps):
     env = simpy.Environment()
-    net = Network(env, np.array(caps))
+    net = FlowNetwork(env, np.array(caps))
     done: dict[int, float] = {}
     expected = np.zeros(4)
     for i, (t0, classes, nbytes, latency) in enumerate(transfers):
@@ -69,7 +69,7 @@ def test_bytes_are_conserved_and_every_transfer_ends(transfers, caps):
         expected[classes] += flows * nbytes
         load = PhaseLoad(np.array(classes), flows, nbytes, latency)
         ev = env.timeout(t0)
-        ev.callbacks.append(lambda _e, i=i, load=load: net.transfer([load], lambda: done.__setitem__(i, env.now)))
+        ev.callbacks.append(lambda _e, i=i, load=load: net.transfer_phases([load], lambda: done.__setitem__(i, env.now)))
     env.run()
     assert len(done) == len(transfers)
     assert net.bytes_carried == pytest.approx(expected, rel=1e-7)

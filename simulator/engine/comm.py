@@ -1,86 +1,37 @@
-"""From a :class:`~simulator.ir.CommOp` to network phases on link classes.
+"""From a :class:`~simulator.ir.CommOp` to what a network model runs.
 
 The collective's algorithm and protocol are chosen as NCCL's tuner does (least modelled
-time for the issuing group alone), its flows come from the cluster's collective plans, and
-its load is summed over every instance it stands for (symmetry reduction) and mapped onto
-link classes.
+time for the issuing group alone); its flows come from the cluster's collective plans,
+lowered into a typed description that keeps every phase's step structure
+(:mod:`simulator.engine.lowering`) for every group the operation stands for (symmetry
+reduction); that description is folded onto link classes (:mod:`simulator.engine.link_classes`)
+into the per-class loads the flow and analytical models run.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cluster.collectives import CollectivePlan, CollectivePlanner
+from simulator.cluster.collectives import CollectivePlanner
 from simulator.cluster.graph import ClusterGraph
 from simulator.costs.collectives import Choice, NcclModel, bandwidth_factor, choose_algorithm
-from simulator.engine.network import PhaseLoad
+from simulator.engine.link_classes import LinkClasses
+from simulator.engine.lowering import CommLowering, CommPhase, PhaseLoad, Resolved, lower_plans
 from simulator.ir import CommOp
 
 __all__ = ["LinkClasses", "CommResolver", "Resolved"]
 
-
-class LinkClasses:
-    """Links grouped into classes that carry identical load under symmetry.
-
-    ``block_nodes`` None: one class per link. Otherwise links inside (or cabled to) node n
-    are keyed by (n mod block_nodes, slot): the same link in every block of nodes, where
-    every block is a translate of the simulated one; ``block_of`` says which block a link
-    is in, so the load of each copy can be tracked and the busiest copy bounds the rate.
-    Switch-to-switch links are keyed by their tier (and rail) and share the load of all
-    blocks evenly (mean field).
-    """
-
-    def __init__(self, cluster: ClusterGraph, block_nodes: int | None) -> None:
-        keys: dict[object, int] = {}
-        class_of = np.empty(len(cluster.links), dtype=np.int64)
-        block_of = np.full(len(cluster.links), -1, dtype=np.int64)
-        members: list[list[int]] = []
-        for link in cluster.links:
-            key: object
-            if block_nodes is None:
-                key = link.id
-            elif link.node is not None:
-                key = ("n", link.node % block_nodes, link.slot)
-                block_of[link.id] = link.node // block_nodes
-            else:
-                key = ("t", link.tier, link.rail, link.bandwidth_bytes_per_s)
-            index = keys.get(key)
-            if index is None:
-                index = keys[key] = len(members)
-                members.append([])
-            members[index].append(link.id)
-            class_of[link.id] = index
-        self.class_of = class_of
-        self.block_of = block_of
-        self.blocks = cluster.n_nodes // block_nodes if block_nodes else 1
-        self.members = members
-        self.size = np.array([len(m) for m in members], dtype=float)
-        self.capacity = np.array([cluster.links[m[0]].capacity_bytes_per_s for m in members])
-        self.block_nodes = block_nodes
-        self.cluster = cluster
-
-    def __len__(self) -> int:
-        return len(self.members)
-
-    def label(self, index: int) -> str:
-        link = self.cluster.links[self.members[index][0]]
-        more = f" (+{len(self.members[index]) - 1} alike)" if len(self.members[index]) > 1 else ""
-        return f"{link.src}->{link.dst}{more}"
-
-
-@dataclass(frozen=True)
-class Resolved:
-    phases: list[PhaseLoad]
-    choice: Choice | None
-    algorithm: str
-    protocol: str
-    alone_s: float
+_NET_KINDS = ("infiniband", "efa", "ethernet-tcp")  # links whose flows a TCP-like per-flow cap limits
 
 
 class CommResolver:
+    """Resolves communication operations on one cluster (cached: a program repeats them).
+
+    ``block_ranks``: ranks per block of identical replicas under symmetry reduction (None: off).
+    """
+
     def __init__(
         self,
         cluster: ClusterGraph,
@@ -96,9 +47,11 @@ class CommResolver:
         self.model = model
         self.block_ranks = block_ranks
         self.world = cluster.world_size
+        self._lowered: dict[tuple[object, ...], tuple[CommPhase, ...]] = {}
         self._units: dict[tuple[object, ...], list[tuple[np.ndarray, np.ndarray, float]]] = {}
         self._choices: dict[tuple[object, ...], Choice] = {}
         self._resolved: dict[tuple[object, ...], Resolved] = {}
+        self._net_classes_cache: np.ndarray | None = None
         cap = cluster.transport.per_flow_cap_bytes_per_s
         self._net_cap = cap * cluster.transport.flows_per_connection if cap else math.inf
 
@@ -137,93 +90,51 @@ class CommResolver:
         found = self._resolved[key] = self._resolve(comm)
         return found
 
+    def lower(self, op: str, algorithm: str, instances: tuple[tuple[int, ...], ...]) -> tuple[CommPhase, ...]:
+        """The step structure of ``op`` by ``algorithm`` over ``instances`` (per byte of D)."""
+        key = (op, algorithm, instances)
+        found = self._lowered.get(key)
+        if found is None:
+            plans = [self.planner.plan(op, algorithm, g) for g in instances]
+            found = self._lowered[key] = lower_plans(plans, [self.multiplicity(p.gpus) for p in plans])
+        return found
+
     def _resolve(self, comm: CommOp) -> Resolved:
         if (len(comm.group) <= 1 and comm.op not in ("d2h", "h2d")) or comm.nbytes <= 0:
             return Resolved([], None, "none", "none", 0.0)
         choice = self.choose(comm)
         algorithm, protocol = choice.shape.algorithm, choice.protocol
-        units = self._unit_phases(comm.op, algorithm, comm.all_instances())
+        instances = comm.all_instances()
+        units = self._unit_loads(comm.op, algorithm, instances)
         factor = bandwidth_factor(self.model, algorithm, protocol, comm.nbytes)
+        lowering = CommLowering(comm.op, algorithm, protocol, comm.nbytes, comm.count, factor,
+                                choice.latency_s * comm.count, self.lower(comm.op, algorithm, instances))
         phases: list[PhaseLoad] = []
         alone = 0.0
         for i, (classes, flows, b_unit) in enumerate(units):
-            latency = choice.latency_s * comm.count if i == len(units) - 1 else 0.0
+            latency = lowering.latency_s if i == len(units) - 1 else 0.0
             crosses_net = bool(np.any(np.isin(classes, self._net_classes)))
             load = PhaseLoad(classes, flows, b_unit * comm.nbytes * comm.count / factor, latency,
                              self._net_cap if crosses_net else math.inf)
             phases.append(load)
             rate = min(float(np.min(self.classes.capacity[classes] / flows)), load.rate_cap)
             alone += load.bytes_per_flow / rate + latency
-        return Resolved(phases, choice, algorithm, protocol, alone)
+        return Resolved(phases, choice, algorithm, protocol, alone, lowering)
+
+    def _unit_loads(
+        self, op: str, algorithm: str, instances: tuple[tuple[int, ...], ...]
+    ) -> list[tuple[np.ndarray, np.ndarray, float]]:
+        """Per phase: classes, flows per class, heaviest flow's bytes per byte of D (cached)."""
+        key = (op, algorithm, instances)
+        found = self._units.get(key)
+        if found is None:
+            found = self._units[key] = [self.classes.fold(p) for p in self.lower(op, algorithm, instances)]
+        return found
 
     @property
     def _net_classes(self) -> np.ndarray:
-        found = getattr(self, "_net_classes_cache", None)
-        if found is None:
-            net = [self.classes.class_of[link.id] for link in self.cluster.links
-                   if link.kind in ("infiniband", "efa", "ethernet-tcp")]
-            found = np.unique(np.array(net, dtype=np.int64))
-            self._net_classes_cache = found
-        return found
-
-    def _unit_phases(
-        self, op: str, algorithm: str, instances: tuple[tuple[int, ...], ...]
-    ) -> list[tuple[np.ndarray, np.ndarray, float]]:
-        """Per phase: classes, flows per class (per unit of D), heaviest flow's bytes per byte.
-
-        Each instance stands for its ``m`` distinct translates across the blocks of nodes.
-        A node-link class tracks the load of each of its copies (one per block): the
-        instance's own loads, summed over its translates (a shift of B/m blocks each), and
-        the busiest copy is the class's load. Tier classes take the mean over their links.
-        """
-        key = (op, algorithm, instances)
-        found = self._units.get(key)
-        if found is not None:
-            return found
-        plans: list[CollectivePlan] = [self.planner.plan(op, algorithm, g) for g in instances]
-        classes = self.classes
-        blocks = classes.blocks
-        n_classes = len(classes)
-        result = []
-        for index in range(len(plans[0].phases)):
-            tier = np.zeros(n_classes)
-            copies = np.zeros((0, blocks))
-            copy_rows: dict[int, int] = {}
-            b_unit = max(f.weight for f in plans[0].phases[index].flows)
-            for plan in plans:
-                phase = plan.phases[index]
-                if not phase.link_weights:
-                    continue
-                m = self.multiplicity(plan.gpus)
-                ids, w = phase.arrays()
-                cls = classes.class_of[ids]
-                blk = classes.block_of[ids]
-                on_tier = blk < 0
-                if on_tier.any():
-                    np.add.at(tier, cls[on_tier], w[on_tier] * m / classes.size[cls[on_tier]])
-                node = ~on_tier
-                if not node.any():
-                    continue
-                own_cls, inverse = np.unique(cls[node], return_inverse=True)
-                own = np.zeros((len(own_cls), blocks))
-                np.add.at(own, (inverse, blk[node]), w[node])
-                if m > 1:  # add the instance's translates: shifts of blocks / m
-                    stride = blocks // m
-                    own = np.tile(own.reshape(len(own_cls), m, stride).sum(axis=1), (1, m))
-                rows = []
-                for c in own_cls.tolist():
-                    row = copy_rows.get(c)
-                    if row is None:
-                        row = copy_rows[c] = len(copy_rows)
-                    rows.append(row)
-                if len(copy_rows) > copies.shape[0]:
-                    copies = np.vstack([copies, np.zeros((len(copy_rows) - copies.shape[0], blocks))])
-                copies[np.array(rows)] += own
-            weights = tier
-            if copy_rows:
-                order = np.fromiter(copy_rows.keys(), dtype=np.int64, count=len(copy_rows))
-                weights[order] += copies[np.fromiter(copy_rows.values(), dtype=np.int64, count=len(copy_rows))].max(axis=1)
-            nz = np.nonzero(weights > 0)[0]
-            result.append((nz, weights[nz] / b_unit, b_unit))
-        self._units[key] = result
-        return result
+        """Classes of network links (where the transport's per-flow cap applies)."""
+        if self._net_classes_cache is None:
+            net = [self.classes.class_of[link.id] for link in self.cluster.links if link.kind in _NET_KINDS]
+            self._net_classes_cache = np.unique(np.array(net, dtype=np.int64))
+        return self._net_classes_cache

@@ -4,7 +4,7 @@ Bookkeeping is "busy-until" and callback driven (no simpy process or Resource pe
 each (rank, stream) is an in-order queue with a cursor; a task starts when it is at its
 stream's cursor and its dependency count has reached zero. Compute tasks end after their
 duration; communication tasks join their peers (same ``join`` key) and hand the transfer
-to the :class:`~simulator.engine.network.Network`. Task start and end times are the
+to the network model (:class:`~simulator.engine.network.NetworkModel`). Task start and end times are the
 engine's output ("record, don't render"): results and traces are derived from them.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from simulator.costs.overlap import compute_rate
 from simulator.engine.comm import CommResolver, Resolved
-from simulator.engine.network import Network
+from simulator.engine.network import NetworkModel
 from simulator.ir import Program, is_host_copy
 
 __all__ = ["Engine", "EngineRun"]
@@ -30,7 +30,7 @@ class EngineRun:
     start_s: np.ndarray  # per task
     end_s: np.ndarray
     resolved: dict[int, Resolved]  # task id -> the communication it ran
-    network: Network
+    network: NetworkModel
     makespan_s: float
     events: int
 
@@ -50,7 +50,7 @@ class Engine:
     """Runs a program; ``slowdown`` is how much longer compute takes while a collective of the
     same GPU is in flight (NCCL kernels take SMs and memory bandwidth)."""
 
-    def __init__(self, program: Program, resolver: CommResolver, network: Network, *, slowdown: float = 0.0) -> None:
+    def __init__(self, program: Program, resolver: CommResolver, network: NetworkModel, *, slowdown: float = 0.0) -> None:
         self.program = program
         self.resolver = resolver
         self.network = network
@@ -134,7 +134,7 @@ class Engine:
         if not is_host_copy(lead.comm.op):  # copy engines, not SMs
             for t in task_ids:
                 self._comm_started(self.program.tasks[t].rank)
-        self.network.transfer(resolved.phases, lambda: self._finish(task_ids))
+        self.network.transfer(resolved, lambda: self._finish(task_ids))
 
     # -- compute slowed by collectives in flight on the same GPU --------------------------------
 
