@@ -130,11 +130,13 @@ def _literal_values(annotation) -> set:
 def test_registries_match_their_scenario_tags():
     """Every registry keyed by a scenario ``Literal`` holds exactly that literal's values."""
     from simulator.cluster.fabrics import FABRICS
+    from simulator.engine.network import NETWORK_MODELS
     from simulator.scenario.fabric import FabricKind
-    from simulator.scenario.spec import PipelineSchedule, Sharding
+    from simulator.scenario.spec import PipelineSchedule, Scenario, Sharding
     from simulator.workload.data_parallel import STRATEGIES
     from simulator.workload.pipeline import SCHEDULES
 
     assert set(STRATEGIES) == _literal_values(Sharding)
     assert set(SCHEDULES) == _literal_values(PipelineSchedule)
     assert set(FABRICS) == _literal_values(FabricKind)
+    assert set(NETWORK_MODELS) == _literal_values(Scenario.model_fields["sim"].annotation.model_fields["network"].annotation)
