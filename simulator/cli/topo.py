@@ -65,7 +65,8 @@ def topo(
     console.print(table)
     for line in summary.diagram:
         console.print(line, highlight=False, markup=False)
-    console.print(f"per-GPU injection: NVLink {units.format_rate(summary.nvlink_per_gpu_bytes_per_s)}, "
+    scale_up = "NeuronLink" if cluster.node_type.intra_node.kind == "torus" else "NVLink"
+    console.print(f"per-GPU injection: {scale_up} {units.format_rate(summary.nvlink_per_gpu_bytes_per_s)}, "
                   f"PCIe {units.format_rate(summary.pcie_per_gpu_bytes_per_s)}, network "
                   f"{units.format_rate(summary.network_per_gpu_bytes_per_s)} "
                   f"({spec.nics.count} x {units.format_rate(spec.nics.bandwidth_bytes_per_s)} {spec.nics.transport} "
