@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 import simulator
-from simulator.memory_estimate import estimate_peak_memory, in_flight_chunks
 from simulator.scenario import Scenario, scenario_from_mapping
 from simulator.search import (
     SearchSpace,
@@ -29,6 +28,7 @@ from simulator.search.pricing import (
     training_cost_usd,
 )
 from simulator.sweep import InlineExecutor
+from simulator.workload.memory_estimate import estimate_peak_memory, in_flight_chunks
 
 GIB = 2**30
 

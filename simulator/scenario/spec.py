@@ -23,7 +23,7 @@ import math
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PositiveInt, SerializeAsAny, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from simulator.errors import InfeasibleError, ScenarioError
@@ -74,7 +74,7 @@ class ClusterSpec(Frozen):
     gpu: str | None = Field(None, description="override the node's GPU type")
     gpus_per_node: PositiveInt | None = Field(None, description="use only this many GPUs of each node")
     calibration: str | None = Field(None, description="compute/communication profile YAML (dtsim calibrate)")
-    fabric: FabricSpec = Field(default_factory=FatTreeFabric)
+    fabric: SerializeAsAny[FabricSpec] = Field(default_factory=FatTreeFabric)
     topology: str | None = Field(None, description="a cluster file holding these same keys instead")
 
     node_type: SkipJsonSchema[hardware.NodeTypeSpec] = Field(

@@ -30,7 +30,6 @@ from dataclasses import replace
 from typing import Any
 
 from simulator.errors import ScenarioError
-from simulator.memory_estimate import estimate_peak_memory
 from simulator.scenario import Scenario
 from simulator.search.bounds import step_bound_s
 from simulator.search.prediction import Estimate, estimate_round, simulate_rows
@@ -39,6 +38,7 @@ from simulator.search.pruning import candidates
 from simulator.search.report import Ranked, SearchReport
 from simulator.search.space import Layout, Objective, SearchSpace, layout_scenario
 from simulator.sweep import SweepProgress
+from simulator.workload.memory_estimate import estimate_peak_memory
 
 __all__ = ["search"]
 

@@ -3,7 +3,7 @@
 2. **Prune invalid layouts**: whatever :class:`~simulator.scenario.Scenario` validation
    rejects (:class:`~simulator.errors.InfeasibleError`: tp does not divide the heads, pp*v
    does not split the layers, the batch does not split, ZeRO-2/3 with pipelines, ...).
-3. **Prune out-of-memory ones** with :func:`~simulator.memory_estimate.estimate_peak_memory`,
+3. **Prune out-of-memory ones** with :func:`~simulator.workload.memory_estimate.estimate_peak_memory`,
    a lower estimate: what it rejects cannot fit. Recomputation only trades time for memory,
    so each layout starts with the lightest policy (none, selective, full) the estimate admits;
    a heavier one is simulated only if the lighter one runs out of memory in the simulation.
@@ -12,10 +12,10 @@
 from __future__ import annotations
 
 from simulator.errors import ScenarioError
-from simulator.memory_estimate import estimate_peak_memory
 from simulator.scenario import Scenario
 from simulator.search.report import Candidate, SearchReport
 from simulator.search.space import SearchSpace, enumerate_layouts, layout_scenario
+from simulator.workload.memory_estimate import estimate_peak_memory
 
 __all__ = ["candidates"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.memory_estimate import MemoryEstimate
 from simulator.scenario import Scenario
 from simulator.search.space import Layout, Objective
+from simulator.workload.memory_estimate import MemoryEstimate
 
 __all__ = ["Candidate", "Ranked", "SearchReport"]
 
