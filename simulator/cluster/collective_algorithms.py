@@ -18,7 +18,7 @@ from typing import Protocol
 
 from simulator.cluster.collective_plan import Flow, PhasePlan
 from simulator.cluster.graph import ClusterGraph
-from simulator.costs.collectives import NcclModel
+from simulator.costs.collectives import NcclModel, ring_steps, wire_factor
 
 __all__ = ["ALGORITHMS", "AlgorithmPlanner", "PlannerView", "register_algorithm", "ring_factor"]
 
@@ -57,11 +57,9 @@ def register_algorithm(name: str) -> Callable[[AlgorithmPlanner], AlgorithmPlann
 
 def ring_factor(op: str, n: int) -> tuple[float, int]:
     """(bytes per ring edge per byte of D, steps) of a ring over n ranks."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n, 2 * (n - 1)
-    if op in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n, n - 1
-    raise ValueError(f"ring does not implement {op}")
+    if op not in ("all_reduce", "all_gather", "reduce_scatter"):
+        raise ValueError(f"ring does not implement {op}")
+    return wire_factor(op, n), ring_steps(op, n)
 
 
 def _ppn(p: PlannerView, nodes: Group) -> int:

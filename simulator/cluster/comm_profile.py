@@ -52,6 +52,7 @@ from simulator.costs.collectives import (
     bus_bandwidth_factor,
     collective_latency_s,
     protocols_for,
+    ring_steps,
 )
 from simulator.scenario.calibration import CommFit, load_profile_spec
 
@@ -72,10 +73,6 @@ class CommOverride:
     capacity_scale: dict[str, float]
     intra_hop_latency_s: float
     ops: tuple[str, ...]
-
-
-def _ring_steps(op: str, n: int) -> int:
-    return 2 * (n - 1) if op == "all_reduce" else n - 1
 
 
 def _min_latency(model: NcclModel, shape: CollectiveShape) -> tuple[float, str]:
@@ -140,7 +137,7 @@ def comm_override(cluster: ClusterGraph, fits: dict[str, CommFit], *, max_rounds
         shape, _, n = rings[op]
         latency, protocol = _min_latency(model, shape)
         base = model.base_latency["ring"][protocol]
-        extras.append((fit.alpha_s - base) / _ring_steps(op, fit.ranks) - (latency - base) / _ring_steps(op, n))
+        extras.append((fit.alpha_s - base) / ring_steps(op, fit.ranks) - (latency - base) / ring_steps(op, n))
         min_hop = min(min_hop, min(model.hop_latency[shape.phases[0].intra_class]["ring"].values()))
     extra = max(sum(extras) / len(extras), -min_hop)
     return CommOverride(scales, extra, tuple(usable))

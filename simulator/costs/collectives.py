@@ -110,7 +110,7 @@ def ring_all_reduce_time_s(nranks: int, nbytes: float, alpha_s: float, bandwidth
     n = nranks
     if n <= 1:
         return 0.0
-    return 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * nbytes / bandwidth_bytes_per_s
+    return ring_steps("all_reduce", n) * alpha_s + wire_factor("all_reduce", n) * nbytes / bandwidth_bytes_per_s
 
 
 def _family(algorithm: str) -> str:
@@ -208,13 +208,25 @@ def choose_algorithm(model: NcclModel, shapes: list[CollectiveShape], nbytes: fl
     return best
 
 
-def bus_bandwidth_factor(op: str, nranks: int) -> float:
-    """nccl-tests busbw = algbw * factor (doc/PERFORMANCE.md)."""
+def wire_factor(op: str, nranks: int) -> float:
+    """Bytes one rank sends per byte of the collective's size D, bandwidth-optimally
+    (shared/REFERENCE.md §1.7; nccl-tests doc/PERFORMANCE.md): all-reduce 2(N-1)/N,
+    all-gather, reduce-scatter and all-to-all (N-1)/N (0 on one rank), point-to-point,
+    broadcast and host copies 1."""
     n = nranks
-    if n <= 1:
-        return 1.0
     if op == "all_reduce":
-        return 2 * (n - 1) / n
+        return 2 * (n - 1) / n if n > 1 else 0.0
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
+        return (n - 1) / n if n > 1 else 0.0
     return 1.0
+
+
+def ring_steps(op: str, nranks: int) -> int:
+    """Steps of a ring over N ranks: 2(N-1) for all-reduce (reduce-scatter then all-gather),
+    N-1 for all-gather, reduce-scatter and all-to-all."""
+    return 2 * (nranks - 1) if op == "all_reduce" else nranks - 1
+
+
+def bus_bandwidth_factor(op: str, nranks: int) -> float:
+    """nccl-tests busbw = algbw * factor (doc/PERFORMANCE.md): the wire factor, 1 on one rank."""
+    return 1.0 if nranks <= 1 else wire_factor(op, nranks)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from simulator.costs.collectives import wire_factor
 from simulator.results.result import Breakdown, CommSummary, LinkUsage, OomDetail, RankMemory, Result
 from simulator.results.rows import LinkStat, Row, RunFacts, stretch
 from simulator.units import format_bytes
@@ -121,12 +122,7 @@ def sent_bytes(op: str, nbytes: float, ranks: int) -> float:
     """Bytes one rank sends for a collective of size D over N ranks, bandwidth-optimally
     (shared/REFERENCE.md §1.7): all-reduce 2(N-1)/N * D, all-gather and reduce-scatter
     (N-1)/N * D, all-to-all (N-1)/N * D, point-to-point and host copies D."""
-    n = ranks
-    if op == "all_reduce":
-        return 2 * (n - 1) / n * nbytes if n > 1 else 0.0
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n * nbytes if n > 1 else 0.0
-    return nbytes
+    return wire_factor(op, ranks) * nbytes
 
 
 def wire_bytes_per_rank(rows: list[Row]) -> dict[str, float]:
