@@ -10,6 +10,7 @@ The search and the memory pre-estimate reuse the same pieces (:class:`Workload` 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,7 @@ class Workload:
     comm_time: CommTime | None = None
     node_kind: str = "nvswitch"
     strategy_tag: str | None = None
+    rank_key: Callable[[int], Hashable] | None = None
     layout: ModelLayout = field(init=False)
     symmetry: Symmetry = field(init=False)
     strategy: Strategy[Any] = field(init=False)
@@ -65,7 +67,7 @@ class Workload:
     def __post_init__(self) -> None:
         sc = self.scenario
         self.layout = ModelLayout(sc)
-        self.symmetry = Symmetry(self.mesh, self.gpus_per_node, self.symmetric)
+        self.symmetry = Symmetry(self.mesh, self.gpus_per_node, self.symmetric, self.rank_key)
         self.strategy = strategy_for(sc, self.mesh, self.layout, self.strategy_tag)
         self.overlap_slowdown = overlap_slowdown(sc)
         fuse = self.comm_time is not None and layer_comm_private(self.mesh, self.gpus_per_node, self.node_kind)
@@ -74,7 +76,7 @@ class Workload:
         self.layers = LayerEmitter(sc, self.layout, self.profile, fuse_layers=fuse,
                                    comm_time=self.comm_time or (lambda op, group, nbytes: 0.0), groups=groups,
                                    overlap_slowdown=self.overlap_slowdown, join_group=self.mesh.group,
-                                   symmetric=self.symmetric)
+                                   symmetric=self.symmetry.enabled)
 
     def optimizer_time_s(self, n_params: float) -> float:
         train = self.scenario.training
@@ -103,13 +105,14 @@ class Workload:
 
 def build_workload(scenario: Scenario, profile: ComputeProfile, *, gpus_per_node: int, symmetric: bool = True,
                    comm_time: CommTime | None = None, node_kind: str = "nvswitch", mesh: Mesh | None = None,
-                   strategy: str | None = None) -> Workload:
+                   strategy: str | None = None, rank_key: Callable[[int], Hashable] | None = None) -> Workload:
     """The workload of ``scenario`` (call ``.build()`` for its program).
 
     ``comm_time(op, group, nbytes)`` costs a collective alone on its links; given, layers
     whose collectives are private to their group are fused into one task each (the run uses
     the cluster's planner; the search and estimates leave it out). ``strategy`` overrides the
-    registered data-parallel strategy by tag.
+    registered data-parallel strategy by tag. ``rank_key(rank)`` says what makes a rank's work
+    its own; ranks of a stage with different keys are all simulated (:mod:`.symmetry`).
     """
     return Workload(scenario, mesh or mesh_for(scenario), profile, gpus_per_node, symmetric, comm_time, node_kind,
-                    strategy)
+                    strategy, rank_key)

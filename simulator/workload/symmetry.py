@@ -9,12 +9,17 @@ blocks (:class:`simulator.engine.LinkClasses`), which splits a class whose membe
 ``off`` simulates every rank and joins each collective across its members.
 
 This module is the one place that decides it: the workload asks it for the simulated ranks,
-siblings and the groups a collective stands for; ``run.py`` asks it for the block size.
+siblings and the groups a collective stands for; ``run.py`` asks it for the block size. It
+never averages ranks that differ: given a ``rank_key`` (what makes a rank's work its own, e.g.
+a straggler's slowdown), ranks of one stage with different keys switch the reduction off and
+every rank is simulated (``reason`` says why). Link classes whose members differ are split by
+the engine (:mod:`simulator.engine.link_classes`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from simulator.cluster.mesh import Mesh
@@ -37,13 +42,34 @@ class Symmetry:
 
     mesh: Mesh
     gpus_per_node: int
-    enabled: bool
+    requested: bool
+    rank_key: Callable[[int], Hashable] | None = None
+    enabled: bool = field(init=False)
+    reason: str = field(init=False)
     block: int = field(init=False)
     _instances: dict[tuple[int, str], tuple[tuple[int, ...], ...]] = field(init=False, default_factory=dict)
     _siblings: dict[int, list[int]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.block = block_ranks(self.mesh, self.gpus_per_node)
+        self.enabled = self.requested
+        self.reason = "one rank per pipeline stage stands for its stage" if self.requested else "symmetry: off"
+        if self.requested and self.rank_key is not None:
+            different = self._first_difference(self.rank_key)
+            if different is not None:
+                self.enabled = False
+                self.reason = different
+
+    def _first_difference(self, key: Callable[[int], Hashable]) -> str | None:
+        """Why the ranks of some stage cannot share one simulation, or None if none differ."""
+        seen: dict[int, tuple[int, Hashable]] = {}
+        for rank in range(self.mesh.world):
+            stage, mine = self.mesh.stage(rank), key(rank)
+            first = seen.setdefault(stage, (rank, mine))
+            if first[1] != mine:
+                return (f"ranks {first[0]} and {rank} of stage {stage} differ ({first[1]!r} vs {mine!r}): "
+                        "every rank is simulated")
+        return None
 
     @property
     def block_ranks(self) -> int | None:
