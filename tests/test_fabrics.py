@@ -23,7 +23,7 @@ from simulator.cluster.graph import ClusterGraph, Vertex
 from simulator.costs.collectives import collective_time_s
 from simulator.scenario import ClusterSpec
 from simulator.scenario.fabric import FABRIC_SPECS, FabricBase, FabricKind
-from simulator.scenario.yamlio import error_from_validation
+from simulator.yamlio import error_from_validation
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from simulator import units
-from simulator.cli.common import console, fail, guard
+from simulator.cli.common import cluster_spec, console, fail, guard
 from simulator.cluster.collective_algorithms import ALGORITHMS
 from simulator.errors import ScenarioError
 
@@ -55,18 +55,7 @@ def collective(
         cluster["gpus_per_node"] = gpus_per_node
 
     def table_rows() -> list[tuple[float, float, str]]:
-        from simulator.scenario import ClusterSpec
-
-        try:
-            spec = ClusterSpec.model_validate(cluster)
-        except Exception as exc:
-            from pydantic import ValidationError
-
-            from simulator.scenario.yamlio import error_from_validation
-
-            if isinstance(exc, ValidationError):
-                raise error_from_validation(exc) from None
-            raise
+        spec = cluster_spec(cluster)
         out = []
         for size in size_list:
             try:

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from simulator.errors import ScenarioError
 
-__all__ = ["console", "err_console", "fail", "guard"]
+__all__ = ["console", "err_console", "fail", "guard", "cluster_spec"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -33,3 +33,17 @@ def guard(fn: Callable[[], Any]) -> Any:
         return fn()
     except ScenarioError as exc:
         fail(str(exc))
+
+
+def cluster_spec(data: dict[str, Any]) -> Any:
+    """A validated :class:`~simulator.scenario.ClusterSpec` from command-line options; bad
+    values raise a located :class:`~simulator.errors.ScenarioError` (for :func:`guard`)."""
+    from pydantic import ValidationError
+
+    from simulator.scenario import ClusterSpec
+    from simulator.yamlio import error_from_validation
+
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        raise error_from_validation(exc) from None

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from simulator import units
-from simulator.cli.common import console, guard
+from simulator.cli.common import cluster_spec, console, guard
 from simulator.errors import ScenarioError
 
 __all__ = ["topo"]
@@ -24,7 +24,6 @@ def topo(
     """Describe a cluster: GPUs, links by kind, per-GPU injection and bisection bandwidth."""
     from simulator.cluster import build_cluster
     from simulator.cluster.describe import summarize
-    from simulator.scenario import ClusterSpec
 
     def build() -> Any:
         data: dict[str, Any]
@@ -37,17 +36,7 @@ def topo(
             if dims is not None:
                 fabric_data["dims"] = [int(d) for d in dims.lower().split("x") if d.strip().isdigit()]
             data = {"node": node, "nodes": nodes, "fabric": fabric_data}
-        try:
-            spec = ClusterSpec.model_validate(data)
-        except Exception as exc:
-            from pydantic import ValidationError
-
-            from simulator.scenario.yamlio import error_from_validation
-
-            if isinstance(exc, ValidationError):
-                raise error_from_validation(exc) from None
-            raise
-        return build_cluster(spec)
+        return build_cluster(cluster_spec(data))
 
     cluster = guard(build)
     summary = summarize(cluster)
@@ -77,7 +66,7 @@ def topo(
 
 
 def _is_cluster_file(path: str) -> bool:
-    from simulator.scenario.yamlio import load_yaml
+    from simulator.yamlio import load_yaml
 
     try:
         data = load_yaml(path)

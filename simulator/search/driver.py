@@ -1,24 +1,6 @@
-"""The search itself: bound, predict best first, confirm and rank (steps 4 and 5).
-
-4. **Bound, then predict, best first** (branch and bound): every candidate gets a lower bound
-   of its step time from its own compute and unhidden tensor-parallel traffic
-   (:func:`~simulator.search.bounds.step_bound_s`, milliseconds) and the candidates are taken in order of that bound,
-   a ``batch`` at a time. Each one's step time
-   is predicted from two short simulations instead of a whole one
-   (:func:`~simulator.search.prediction.probe_micro_batches`): past the pipeline's fill every further micro-batch adds
-   the same time, so runs with ``m1`` and ``2*m1`` micro-batches give the step with ``m``
-   (and the same peak memory: the same micro-batches are in flight); candidates with few
-   micro-batches are simulated whole. The search stops when the next bound cannot beat the
-   ``top``-th best prediction: nothing left can enter the top. A candidate that runs out of
-   memory in the simulation goes back in the queue with its next heavier recompute policy.
-5. **Confirm and rank**: the ``top`` best predictions are simulated whole (every point goes
-   through :func:`simulator.sweep.run_sweep`: any executor, cached in ``cache_dir`` when
-   given) and ranked by the objective: ``throughput`` (tokens/s), ``time-to-train`` (hours
-   for ``tokens``) or ``cost`` (dollars for ``tokens`` at the node type's hourly price). On
-   one cluster the three orders agree (time and cost are both proportional to
-   1 / throughput); they differ when several ``nodes`` counts are searched.
-
-A naive data-parallel baseline (PyTorch DDP, no model parallelism) is simulated beside.
+"""The search itself: steps 4 (bound, then predict, best first) and 5 (confirm and rank) of
+:mod:`simulator.search`, whose docstring describes each step; a naive data-parallel baseline
+(PyTorch DDP, no model parallelism) is simulated beside.
 """
 
 from __future__ import annotations

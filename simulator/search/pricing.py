@@ -18,9 +18,9 @@ from pydantic import Field, PositiveFloat, ValidationError
 
 from simulator.datadirs import topologies_dir
 from simulator.errors import ScenarioError
-from simulator.scenario.types import Frozen
-from simulator.scenario.yamlio import error_from_validation, load_yaml, to_plain
+from simulator.fields import Frozen
 from simulator.units import parse_time
+from simulator.yamlio import error_from_validation, load_yaml, to_plain
 
 __all__ = ["NodePrice", "PriceTable", "load_prices", "chinchilla_tokens", "time_to_train_s", "training_cost_usd",
            "CHINCHILLA_TOKENS_PER_PARAM"]

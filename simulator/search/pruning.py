@@ -1,12 +1,6 @@
-"""Pruning before any simulation: invalid layouts, then out-of-memory ones.
-
-2. **Prune invalid layouts**: whatever :class:`~simulator.scenario.Scenario` validation
-   rejects (:class:`~simulator.errors.InfeasibleError`: tp does not divide the heads, pp*v
-   does not split the layers, the batch does not split, ZeRO-2/3 with pipelines, ...).
-3. **Prune out-of-memory ones** with :func:`~simulator.workload.memory_estimate.estimate_peak_memory`,
-   a lower estimate: what it rejects cannot fit. Recomputation only trades time for memory,
-   so each layout starts with the lightest policy (none, selective, full) the estimate admits;
-   a heavier one is simulated only if the lighter one runs out of memory in the simulation.
+"""Pruning before any simulation (steps 2 and 3 of :mod:`simulator.search`): invalid layouts,
+then those the lower memory estimate
+(:func:`~simulator.workload.memory_estimate.estimate_peak_memory`) says cannot fit.
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""The search space: layouts of a scenario's model on its cluster, and their scenarios.
-
-1. **Enumerate** layouts of the scenario's model on its cluster (or on each ``nodes`` count
-   asked for): tp (powers of two, within a node), cp (powers of two keeping at least
-   ``min_tokens_per_cp_rank`` tokens per rank), pp (powers of two), dp = world / (tp*cp*pp),
-   micro-batch (powers of two up to ``max_micro_batch``), schedule (1F1B, and interleaved 1F1B
-   with ``virtual_stages`` when pp > 1) and sharding (every strategy; HSDP and MiCS with
-   shard groups of one node's data-parallel ranks). Sequence parallelism is on whenever
-   tp > 1 (it only removes activation memory; Korthikanti et al. 2022). GPipe is left out:
-   it has 1F1B's bubble and holds all micro-batches' activations (Narayanan et al. 2021).
-   Sharding is left out where there is only one data-parallel rank.
+"""The search space (step 1 of :mod:`simulator.search`, which lists what is enumerated and
+what is left out): layouts of a scenario's model on its cluster, and their scenarios.
 """
 
 from __future__ import annotations

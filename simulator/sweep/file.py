@@ -34,8 +34,8 @@ from pydantic import Field, ValidationError, field_validator
 from ruamel.yaml.comments import CommentedMap
 
 from simulator.errors import ScenarioError
-from simulator.scenario.types import Frozen
-from simulator.scenario.yamlio import dotted, error_from_validation, line_of, load_mapping, load_yaml, to_plain
+from simulator.fields import Frozen
+from simulator.yamlio import dotted, error_from_validation, line_of, load_mapping, load_yaml, to_plain
 
 __all__ = ["SweepSpec", "SweepFile", "load_sweep", "GPU_COUNT_FIELDS"]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from simulator.costs.flops import megatron_flops_per_iteration
 from simulator.datadirs import data_root
-from simulator.scenario.yamlio import load_yaml, to_plain
+from simulator.yamlio import load_yaml, to_plain
 
 __all__ = ["Record", "CommRecord", "load_records", "load_comm_records", "validation_file", "SOURCES"]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from simulator.costs.compute import ComputeProfile, EfficiencyCurve
 from simulator.costs.dtypes import nearest_precision
 from simulator.errors import ScenarioError
+from simulator.fields import PRECISIONS
 from simulator.scenario.calibration import CurveSpec, ProfileSpec, builtin_profile_path, load_profile_spec
 from simulator.scenario.hardware import GpuSpec
-from simulator.scenario.types import PRECISIONS
 
 __all__ = ["compute_profile", "profile_from_spec"]
 
