@@ -197,10 +197,14 @@ class ProgramBuilder:
     ) -> int:
         task = Task(len(self.tasks), rank, stream, name, category, duration_s, comm, join,
                     [d for d in deps if d is not None], mem, info)
-        self.tasks.append(task)
-        if join is not None:
-            self.join_size[join] = self.join_size.get(join, 0) + 1
+        self.append(task)
         return task.id
+
+    def append(self, task: Task) -> None:
+        """Append a task whose ``id`` is its position (``len(tasks)`` before the call)."""
+        self.tasks.append(task)
+        if task.join is not None:
+            self.join_size[task.join] = self.join_size.get(task.join, 0) + 1
 
     def build(
         self, ranks: tuple[int, ...], represents: dict[int, int], initial_memory: dict[int, dict[str, float]]

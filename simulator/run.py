@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from simulator.catalog import default_catalog
 from simulator.cluster import Router, build_cluster
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.costs.collectives import choose_algorithm
@@ -37,11 +38,12 @@ def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
 def run_simulation(scenario: Scenario, *, record_series: bool = False) -> Simulation:
     """Simulate one iteration and keep what traces and figures need: the Result, the engine's
     rows, the run's facts and, with ``record_series``, the link loads over time."""
-    cluster = build_cluster(scenario.cluster)
-    profile = compute_profile(cluster.gpu, scenario.cluster.calibration)
+    catalog = default_catalog()  # read once: every lookup of this run sees the same data
+    cluster = build_cluster(scenario.cluster, catalog)
+    profile = compute_profile(cluster.gpu, scenario.cluster.calibration, catalog)
     symmetric = scenario.sim.symmetry == "auto"
     planner = CollectivePlanner(cluster, Router(cluster, seed=scenario.sim.seed))
-    model = nccl_model()
+    model = nccl_model(cluster.nccl)
 
     def comm_time(op: str, group: tuple[int, ...], nbytes: float) -> float:
         """A collective alone on its links: what a private (unshared) collective costs."""
@@ -51,7 +53,7 @@ def run_simulation(scenario: Scenario, *, record_series: bool = False) -> Simula
         return choose_algorithm(model, shapes, nbytes).time_s
 
     workload = build_workload(scenario, profile, gpus_per_node=cluster.gpus_per_node, symmetric=symmetric,
-                              comm_time=comm_time, node_kind=cluster.node_type.intra_node.kind)
+                              comm_time=comm_time, node_kind=cluster.node_type.intra_node.kind, nccl=cluster.nccl)
     program = workload.build()
     block = workload.symmetry.block_ranks
     classes = LinkClasses(cluster, None if block is None else block // cluster.gpus_per_node)
@@ -154,7 +156,7 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
 def _collective_setup(spec: ClusterSpec) -> tuple[Any, CommResolver]:
     graph = build_cluster(spec)
     planner = CollectivePlanner(graph, Router(graph))
-    return graph, CommResolver(graph, planner, LinkClasses(graph, None), nccl_model(), block_ranks=None)
+    return graph, CommResolver(graph, planner, LinkClasses(graph, None), nccl_model(graph.nccl), block_ranks=None)
 
 
 def _as_spec(cluster: dict[str, Any] | ClusterSpec) -> ClusterSpec:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from simulator.catalog import Catalog, default_catalog
 from simulator.cluster.comm_profile import apply_comm_profile
 from simulator.cluster.fabrics import build_fabric
 from simulator.cluster.fabrics.torus import neighbours
 from simulator.cluster.graph import ClusterGraph, Vertex
-from simulator.scenario import hardware
 from simulator.scenario.spec import ClusterSpec
 
 __all__ = ["build_cluster", "NODE_BUILDERS", "INTER_SOCKET_BYTES_PER_S"]
@@ -38,8 +38,8 @@ def _add_host(cluster: ClusterGraph, node: int) -> None:
     spec = cluster.node_type
     pcie = spec.pcie
     pcie_bw = pcie.x16_bytes_per_s
-    pcie_eff = hardware.transport("pcie").efficiency
-    pcie_lat = hardware.transport("pcie").switch_latency_s
+    pcie_eff = cluster.pcie_transport.efficiency
+    pcie_lat = cluster.pcie_transport.switch_latency_s
     sockets = pcie.cpu_sockets
     n = f"n{node}"
     for s in range(sockets):
@@ -162,9 +162,12 @@ NODE_BUILDERS: dict[str, Callable[[ClusterGraph, int], None]] = {
     "torus": build_torus_node,
 }
 
-def build_cluster(spec: ClusterSpec) -> ClusterGraph:
+def build_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterGraph:
     """Build the whole cluster graph for a validated :class:`ClusterSpec` (with the intra-node
-    links recalibrated when ``spec.calibration`` holds measured collectives)."""
+    links recalibrated when ``spec.calibration`` holds measured collectives). Transports and
+    NCCL constants come from ``catalog`` (default: :func:`~simulator.catalog.default_catalog`),
+    read once here."""
+    catalog = catalog or default_catalog()
     node_type = spec.node_type
     transport_kind = spec.fabric.transport or node_type.nics.transport
     cluster = ClusterGraph(
@@ -173,8 +176,10 @@ def build_cluster(spec: ClusterSpec) -> ClusterGraph:
         n_nodes=spec.n_nodes,
         gpus_per_node=spec.gpus_in_node,
         transport_kind=transport_kind,
-        transport=hardware.transport(transport_kind),
+        transport=catalog.transport(transport_kind),
         fabric=spec.fabric,
+        pcie_transport=catalog.transport("pcie"),
+        nccl=catalog.nccl,
     )
     build_node = NODE_BUILDERS[node_type.intra_node.kind]
     for node in range(spec.n_nodes):

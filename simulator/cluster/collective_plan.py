@@ -15,13 +15,14 @@ import numpy as np
 
 from simulator.cluster.graph import ClusterGraph
 from simulator.costs.collectives import CollectiveShape, NcclModel, PhaseShape
-from simulator.scenario.hardware import nccl_constants
+from simulator.scenario.hardware import NcclConstants, nccl_constants
 
 __all__ = ["Flow", "PhasePlan", "CollectivePlan", "nccl_model"]
 
 
-def nccl_model() -> NcclModel:
-    c = nccl_constants()
+def nccl_model(constants: NcclConstants | None = None) -> NcclModel:
+    """NCCL's cost model from its constants (default: the default catalog's ``nccl.yaml``)."""
+    c = constants or nccl_constants()
     return NcclModel(
         base_latency={k: dict(v) for k, v in c.base_latency.items()},
         hop_latency={k: {a: dict(p) for a, p in v.items()} for k, v in c.hop_latency.items()},

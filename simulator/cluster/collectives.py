@@ -60,7 +60,7 @@ class CollectivePlanner:
 
     @cached_property
     def model(self) -> NcclModel:
-        return nccl_model()
+        return nccl_model(self.cluster.nccl)
 
     # -- public ----------------------------------------------------------------------------
 

@@ -129,7 +129,7 @@ def comm_override(cluster: ClusterGraph, fits: dict[str, CommFit], *, max_rounds
         _rescale(scratch, {t: ratio for t in tiers})
         for tier in tiers:
             scales[tier] = scales.get(tier, 1.0) * ratio
-    model = nccl_model()
+    model = nccl_model(cluster.nccl)
     rings = _rings(scratch, usable)
     extras = []
     min_hop = math.inf

@@ -18,7 +18,7 @@ from typing import Literal, NamedTuple, Protocol
 import networkx as nx
 
 from simulator.scenario.fabric import FabricSpec
-from simulator.scenario.hardware import GpuSpec, LinkKind, NodeTypeSpec, TransportSpec
+from simulator.scenario.hardware import GpuSpec, LinkKind, NcclConstants, NodeTypeSpec, TransportSpec
 
 __all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind", "ScaleOut"]
 
@@ -70,6 +70,8 @@ class ClusterGraph:
     transport_kind: str
     transport: TransportSpec
     fabric: FabricSpec
+    pcie_transport: TransportSpec  # PCIe efficiency and switch latency (the catalog's "pcie" entry)
+    nccl: NcclConstants  # NCCL's cost-model constants from the catalog the cluster was built with
     vertices: dict[str, Vertex] = field(default_factory=dict)
     links: list[Link] = field(default_factory=list)
     _out: dict[str, list[int]] = field(default_factory=dict)

@@ -135,8 +135,14 @@ class Mesh:
     def moved(self, rank: int, **coords: int) -> int:
         """The rank with the given axes' coordinates replaced (the others kept)."""
         for axis, value in coords.items():
-            rank += (value - self.coord(rank, axis)) * self.strides[axis]
+            stride = self.strides[axis]
+            rank += (value - (rank // stride) % self.sizes[axis]) * stride
         return rank
+
+    def with_stage(self, rank: int, stage: int) -> int:
+        """The rank at pipeline stage ``stage`` with every other coordinate of ``rank``."""
+        stride = self.strides["pp"]
+        return rank + (stage - (rank // stride) % self.sizes["pp"]) * stride
 
     def stage(self, rank: int) -> int:
         """The pipeline stage of a rank."""

@@ -145,13 +145,6 @@ class Router:
         base = self._node_base[node]
         return [base[s] for s in slots]
 
-    def _fabric_paths(self, src: tuple[int, int], dst: tuple[int, int], flow: int) -> list[tuple[list[int], float]]:
-        """Fabric links between two NICs ((node, nic) each) as (link ids, fraction) alternatives."""
-        fabric = self.cluster.scale_out
-        if fabric is None:
-            raise ValueError("the cluster graph has no scale-out fabric built")
-        return fabric.paths(self.cluster, src, dst, flow, self.seed)
-
     # -- the route -----------------------------------------------------------------------
 
     def route(self, src_gpu: int, dst_gpu: int) -> Route:
@@ -178,6 +171,9 @@ class Router:
         share = 1.0 / len(pairs)
         src_base, dst_base = self._node_base[sn], self._node_base[dn]
         latency = 0.0
+        scale_out, seed = c.scale_out, self.seed
+        if scale_out is None:
+            raise ValueError("the cluster graph has no scale-out fabric built")
         for p, (a, b, up_slots, down_slots, intra_lat) in enumerate(pairs):
             for slot in up_slots:
                 link_id = src_base[slot]
@@ -185,13 +181,14 @@ class Router:
             for slot in down_slots:
                 link_id = dst_base[slot]
                 weights[link_id] = weights.get(link_id, 0.0) + share
+            src_nic, dst_nic = (sn, a), (dn, b)
             for f in range(flows):
-                for links, frac in self._fabric_paths((sn, a), (dn, b), f + p * flows):
+                for links, frac in scale_out.paths(c, src_nic, dst_nic, f + p * flows, seed):
                     add = share * frac / flows
                     for link_id in links:
                         weights[link_id] = weights.get(link_id, 0.0) + add
             if p == 0:
-                fabric = self._fabric_paths((sn, a), (dn, b), 0)[0][0]
+                fabric = scale_out.paths(c, src_nic, dst_nic, 0, seed)[0][0]
                 latency = intra_lat + sum(c.links[i].latency_s for i in fabric)
         return Route(tuple(sorted(weights.items())), "net", latency)
 

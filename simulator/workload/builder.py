@@ -18,7 +18,7 @@ from simulator.cluster.mesh import Mesh, mesh_for
 from simulator.costs.compute import ComputeProfile
 from simulator.costs.memory import model_state_bytes_per_param
 from simulator.ir import Program
-from simulator.scenario.hardware import nccl_constants
+from simulator.scenario.hardware import NcclConstants, nccl_constants
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
 from simulator.workload.data_parallel import Strategy, strategy_for
@@ -38,11 +38,14 @@ __all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES
 CUDA_CONTEXT_BYTES = 1.0 * GiB
 
 
-def overlap_slowdown(scenario: Scenario) -> float:
+def overlap_slowdown(scenario: Scenario, nccl: NcclConstants | None = None) -> float:
     """How much slower kernels run beside a collective: ``sim.overlap_slowdown`` or the
-    measured default of ``topologies/nccl.yaml``."""
+    measured default of ``topologies/nccl.yaml`` (``nccl``: those constants, default the
+    default catalog's)."""
     given = scenario.sim.overlap_slowdown
-    return nccl_constants().overlap_compute_slowdown if given is None else given
+    if given is not None:
+        return given
+    return (nccl or nccl_constants()).overlap_compute_slowdown
 
 
 @dataclass
@@ -58,6 +61,7 @@ class Workload:
     node_kind: str = "nvswitch"
     strategy_tag: str | None = None
     rank_key: Callable[[int], Hashable] | None = None
+    nccl: NcclConstants | None = None
     layout: ModelLayout = field(init=False)
     symmetry: Symmetry = field(init=False)
     strategy: Strategy[Any] = field(init=False)
@@ -69,7 +73,7 @@ class Workload:
         self.layout = ModelLayout(sc)
         self.symmetry = Symmetry(self.mesh, self.gpus_per_node, self.symmetric, self.rank_key)
         self.strategy = strategy_for(sc, self.mesh, self.layout, self.strategy_tag)
-        self.overlap_slowdown = overlap_slowdown(sc)
+        self.overlap_slowdown = overlap_slowdown(sc, self.nccl)
         fuse = self.comm_time is not None and layer_comm_private(self.mesh, self.gpus_per_node, self.node_kind)
         rep = self.mesh.stage_representatives[0]
         groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp")}
@@ -105,7 +109,8 @@ class Workload:
 
 def build_workload(scenario: Scenario, profile: ComputeProfile, *, gpus_per_node: int, symmetric: bool = True,
                    comm_time: CommTime | None = None, node_kind: str = "nvswitch", mesh: Mesh | None = None,
-                   strategy: str | None = None, rank_key: Callable[[int], Hashable] | None = None) -> Workload:
+                   strategy: str | None = None, rank_key: Callable[[int], Hashable] | None = None,
+                   nccl: NcclConstants | None = None) -> Workload:
     """The workload of ``scenario`` (call ``.build()`` for its program).
 
     ``comm_time(op, group, nbytes)`` costs a collective alone on its links; given, layers
@@ -113,6 +118,7 @@ def build_workload(scenario: Scenario, profile: ComputeProfile, *, gpus_per_node
     the cluster's planner; the search and estimates leave it out). ``strategy`` overrides the
     registered data-parallel strategy by tag. ``rank_key(rank)`` says what makes a rank's work
     its own; ranks of a stage with different keys are all simulated (:mod:`.symmetry`).
+    ``nccl``: the NCCL constants of the cluster's catalog (for the default overlap slowdown).
     """
     return Workload(scenario, mesh or mesh_for(scenario), profile, gpus_per_node, symmetric, comm_time, node_kind,
-                    strategy, rank_key)
+                    strategy, rank_key, nccl)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from simulator.cluster.mesh import Mesh
-from simulator.ir import CommOp, MemDelta, OpName, ProgramBuilder, TaskInfo
+from simulator.ir import CommOp, MemDelta, OpName, ProgramBuilder, Task, TaskInfo
 from simulator.workload.symmetry import Symmetry
 
 __all__ = ["Collective", "Emitter", "RankEmitter", "GROUP_STREAM"]
@@ -90,8 +90,11 @@ class RankEmitter(Generic[S]):
              join: Hashable | None = None, deps: list[int] | tuple[int, ...] = (), mem: tuple[MemDelta, ...] = (),
              info: TaskInfo | None = None) -> int:
         """Append one task of this rank (the low-level form the others use)."""
-        return self.emitter.program.add(self.rank, stream, name, category, duration_s=duration_s, comm=comm,
-                                        join=join, deps=deps, mem=mem, info=info)
+        program = self.emitter.program
+        task = Task(len(program.tasks), self.rank, stream, name, category, duration_s, comm, join,
+                    [d for d in deps if d is not None], mem, info)
+        program.append(task)
+        return task.id
 
     def compute(self, name: str, duration_s: float, deps: list[int], *, mem: tuple[MemDelta, ...] = (),
                 info: TaskInfo | None = None, join: Hashable | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simulator.catalog import Catalog
 from simulator.costs.compute import ComputeProfile, EfficiencyCurve
 from simulator.costs.dtypes import nearest_precision
 from simulator.errors import ScenarioError
@@ -20,12 +21,13 @@ def _curves(table: dict[str, CurveSpec]) -> dict[str, EfficiencyCurve]:
     return {k: EfficiencyCurve(tuple(v.log10_flops), tuple(v.efficiency)) for k, v in table.items()}
 
 
-def compute_profile(gpu: GpuSpec, calibration: str | None) -> ComputeProfile:
-    """The compute profile for ``gpu``: the measured one at ``calibration`` or the built-in."""
-    path = Path(calibration) if calibration else builtin_profile_path(gpu.name)
+def compute_profile(gpu: GpuSpec, calibration: str | None, catalog: Catalog | None = None) -> ComputeProfile:
+    """The compute profile for ``gpu``: the measured one at ``calibration`` or the built-in
+    (looked up in ``catalog``, default the default catalog)."""
+    path = Path(calibration) if calibration else builtin_profile_path(gpu.name, catalog)
     if not path.is_file():
         raise ScenarioError(f"no compute profile for GPU {gpu.name!r} at {path}", field="cluster.calibration")
-    spec = load_profile_spec(str(path))
+    spec = load_profile_spec(str(path), catalog)
     name = str(path) if calibration else f"builtin:{gpu.name}"
     return profile_from_spec(spec, gpu, name)
 

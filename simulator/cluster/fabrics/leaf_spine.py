@@ -88,8 +88,9 @@ class LeafSpineFabric(Fabric):
         return found
 
     def paths(self, cluster: ClusterGraph, src: NicRef, dst: NicRef, flow: int, seed: int) -> list[FabricPath]:
-        up, _, leaf_a = self._nic(cluster, *src)
-        _, down, leaf_b = self._nic(cluster, *dst)
+        nic_cache = self._nic_cache
+        up, _, leaf_a = nic_cache.get(src) or self._nic(cluster, src[0], src[1])
+        _, down, leaf_b = nic_cache.get(dst) or self._nic(cluster, dst[0], dst[1])
         if leaf_a == leaf_b:
             return [([up, down], 1.0)]
         spines = self._spines(cluster, leaf_a, leaf_b)

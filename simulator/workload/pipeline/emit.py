@@ -102,7 +102,7 @@ class PipelineEmitter:
     # point-to-point ----------------------------------------------------------------------------
 
     def _peer(self, emit: RankEmitter[Any], rank: int, to_chunk: int) -> int:
-        return emit.mesh.moved(rank, pp=to_chunk % self.sc.parallelism.pp)
+        return emit.mesh.with_stage(rank, to_chunk % self.sc.parallelism.pp)
 
     def _p2p(self, emit: RankEmitter[Any], src_chunk: int, dst_chunk: int, mb: int, what: str, *, sending: bool,
              deps: list[int] | None) -> int:
@@ -116,7 +116,7 @@ class PipelineEmitter:
             pairs = tuple((self._peer(emit, x, src_chunk), x) for x in emit.siblings())
             deps = [emit.last_compute] if emit.last_compute >= 0 else []
         comm = CommOp("p2p", (src, dst), self.p2p_bytes, "pp", pairs, "direct")
-        position = emit.mesh.moved(src, pp=0)  # the pipeline src and dst belong to
+        position = emit.mesh.with_stage(src, 0)  # the pipeline src and dst belong to
         join: Hashable = ("pp", what, mb, src_chunk, dst_chunk, position)
         kind: Literal["send", "recv"] = "send" if sending else "recv"
         info = TaskInfo(mb=mb, src=src, dst=dst, src_chunk=src_chunk, dst_chunk=dst_chunk, role=kind)
