@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-from simulator.catalog import default_catalog
+from simulator.catalog import Catalog, default_catalog
 from simulator.cluster import Router, build_cluster
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.costs.collectives import choose_algorithm
@@ -178,9 +178,14 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
     )
 
 
-@lru_cache(maxsize=8)
 def _collective_setup(spec: ClusterSpec) -> tuple[Any, CommResolver]:
-    graph = build_cluster(spec)
+    """The graph and resolver of a cluster, kept while the catalog's files are unchanged."""
+    return _collective_setup_in(spec, default_catalog())
+
+
+@lru_cache(maxsize=8)
+def _collective_setup_in(spec: ClusterSpec, catalog: Catalog) -> tuple[Any, CommResolver]:
+    graph = build_cluster(spec, catalog)
     planner = CollectivePlanner(graph, Router(graph))
     return graph, CommResolver(graph, planner, LinkClasses(graph, None), nccl_model(graph.nccl), block_ranks=None)
 
