@@ -32,7 +32,7 @@ __all__ = ["Framework", "FRAMEWORKS", "GENERIC", "SETTINGS_SOURCE_KEY", "apply_f
 Framework = Literal[
     "generic", "megatron-core", "nemo", "megatron-lm", "deepspeed", "pytorch-fsdp", "torchtitan", "llm-foundry"
 ]
-GENERIC = "generic"
+GENERIC: Literal["generic"] = "generic"
 FRAMEWORKS: tuple[str, ...] = Framework.__args__  # type: ignore[attr-defined]
 
 # the key of the resolved mapping holding {path: source}; Scenario keeps it as ``settings_source``
