@@ -141,3 +141,8 @@ def test_registries_match_their_scenario_tags():
     assert set(SCHEDULES) == _literal_values(PipelineSchedule)
     assert set(FABRICS) == _literal_values(FabricKind)
     assert set(NETWORK_MODELS) == _literal_values(Scenario.model_fields["sim"].annotation.model_fields["network"].annotation)
+    from simulator.catalog import default_catalog
+    from simulator.scenario.framework import GENERIC, Framework
+
+    # framework profiles are data: one file per framework tag, none for generic (dtsim's defaults)
+    assert set(default_catalog().framework_names()) == _literal_values(Framework) - {GENERIC}

@@ -7,6 +7,7 @@ with :func:`default_catalog`, and pass it on: ``load_scenario(path, catalog=...)
 """
 
 from simulator.catalog.catalog import Catalog, CatalogDirs, Preset, default_catalog, forget_default_catalog
+from simulator.catalog.frameworks import FrameworkProfile, FrameworkSetting, NotModelled
 from simulator.catalog.hardware import (
     PCIE_X16_BYTES_PER_S,
     GpuSpec,
@@ -27,6 +28,9 @@ __all__ = [
     "Catalog",
     "CatalogDirs",
     "Preset",
+    "FrameworkProfile",
+    "FrameworkSetting",
+    "NotModelled",
     "default_catalog",
     "forget_default_catalog",
     "PeakFlops",

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from simulator.catalog.frameworks import FrameworkProfile
 from simulator.catalog.hardware import GpuSpec, NcclConstants, NodeTypeSpec, TransportSpec
 from simulator.catalog.profiles import ProfileSpec
 from simulator.datadirs import models_dir, topologies_dir
@@ -54,6 +55,10 @@ class CatalogDirs:
     @property
     def nodes(self) -> Path:
         return self.topologies / "nodes"
+
+    @property
+    def frameworks(self) -> Path:
+        return self.topologies / "frameworks"
 
     @property
     def calibration(self) -> Path:
@@ -103,6 +108,7 @@ class Catalog:
         self._nccl: NcclConstants | None = None
         self._nodes: dict[str, NodeTypeSpec] = {}
         self._presets: dict[str, Preset] = {}
+        self._frameworks: dict[str, FrameworkProfile] = {}
         self._profiles: dict[tuple[str, int, int], ProfileSpec] = {}
 
     @classmethod
@@ -217,6 +223,23 @@ class Catalog:
             self._presets[name] = Preset(to_plain(root), root, str(path))
         preset = self._presets[name]
         return Preset(dict(preset.data), preset.root, preset.path)
+
+    # -- framework profiles -------------------------------------------------------------
+
+    def framework_names(self) -> list[str]:
+        """The framework profiles of ``topologies/frameworks/`` (``generic`` has none: it is dtsim's defaults)."""
+        return sorted(p.stem for p in self.dirs.frameworks.glob("*.yaml"))
+
+    def framework(self, name: str) -> FrameworkProfile:
+        """The profile ``name``; an unknown name is a :class:`ScenarioError` naming ``framework``."""
+        if name not in self._frameworks:
+            path = self.dirs.frameworks / f"{name}.yaml"
+            if not path.is_file():
+                known = ", ".join(["generic", *self.framework_names()])
+                raise ScenarioError(f"no profile for framework {name!r} (known: {known})", field="framework")
+            root = load_mapping(path, "a framework profile (name, description, settings, not_modelled)")
+            self._frameworks[name] = _validate(FrameworkProfile, to_plain(root), path, root)
+        return self._frameworks[name]
 
     # -- calibration profiles -----------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -78,6 +79,21 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:5.1f}%" if whole > 0 else "-"
 
 
+def _plain(value: Any) -> str:
+    """A setting as a scenario file writes it (``false``, ``null``, ``40000000``, ``fp32``)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _framework_rows(table: Table, sc: Any) -> None:
+    """The framework, then each of its profile's settings whose effective value differs from
+    ``generic``, with where it came from (the profile's name, or ``scenario``)."""
+    settings = sc.framework_settings()
+    label = sc.framework if sc.framework != "generic" else "generic (dtsim defaults)"
+    table.add_row("framework", label + (f": {len(settings)} setting(s) differ from generic" if settings else ""))
+    for path, value, source in settings:
+        table.add_row("", f"{path} = {_plain(value)} ({source})")
+
+
 def _print_summary(result: Any, sc: Any) -> None:
     par = sc.parallelism
     title = f"{result.name}"
@@ -92,6 +108,7 @@ def _print_summary(result: Any, sc: Any) -> None:
     if par.pp > 1:
         layout += f", {par.pipeline_schedule}" + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
     table.add_row("layout", layout)
+    _framework_rows(table, sc)
     table.add_row("batch", f"micro-batch {sc.training.micro_batch} x {result.micro_batches} micro-batches x dp "
                   f"{result.dp} = {result.global_batch} sequences of {sc.model.seq_len} tokens, {sc.training.precision}, "
                   f"recompute {sc.training.recompute}")

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from simulator.catalog import Catalog, default_catalog
 from simulator.errors import ScenarioError
+from simulator.scenario.framework import apply_framework
 from simulator.scenario.model import resolve_model
 from simulator.scenario.resolve import resolve_cluster
 from simulator.scenario.spec import Scenario
@@ -67,10 +68,11 @@ def _override_for(loc: str | None, applied: dict[tuple[str, ...], str]) -> str |
 
 
 def resolve_references(data: dict[str, Any], catalog: Catalog, base_dir: Path | None = None) -> dict[str, Any]:
-    """A copy of the scenario mapping ``data`` with its model preset merged in and its
+    """A copy of the scenario mapping ``data`` with its framework profile applied under it
+    (:func:`~simulator.scenario.framework.apply_framework`), its model preset merged in and its
     cluster's files read and names looked up in ``catalog`` (paths relative to ``base_dir``).
     ``Scenario.model_validate`` of the result reads no file."""
-    data = dict(data)
+    data = apply_framework(data, catalog)
     if "model" in data:
         data["model"] = resolve_model(data["model"], catalog)
     if "cluster" in data:

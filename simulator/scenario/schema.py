@@ -16,7 +16,8 @@ def scenario_json_schema() -> dict[str, Any]:
     schema["description"] = (
         "A distributed-training scenario: model, cluster, parallelism, training and sim sections. "
         "Quantities accept SI numbers or strings with units ('400Gbps', '80GiB', '2us'). "
-        "model may also be a preset name (scenarios/models/)."
+        "model may also be a preset name (scenarios/models/). framework names a profile of defaults "
+        "(topologies/frameworks/); fields the scenario gives always win over it."
     )
     model_ref = schema["properties"]["model"]
     schema["properties"]["model"] = {

@@ -30,6 +30,7 @@ from simulator.errors import InfeasibleError, ScenarioError
 from simulator.fields import Frozen, Precision
 from simulator.scenario import hardware
 from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
+from simulator.scenario.framework import GENERIC, Framework, apply_framework, framework_settings, source_of
 from simulator.scenario.model import ModelSpec
 from simulator.scenario.parallelism import (
     DdpOptions,
@@ -174,11 +175,37 @@ class Scenario(Frozen):
     """One training job on one cluster: the input of :func:`simulator.simulate`."""
 
     name: str | None = None
+    framework: Framework = Field(
+        GENERIC, description="the training framework whose defaults apply (topologies/frameworks/<name>.yaml, each "
+        "value cited there): generic (dtsim's defaults) | megatron-core | nemo | megatron-lm | deepspeed | "
+        "pytorch-fsdp | torchtitan | llm-foundry. Explicit scenario fields (and --set) always win over the profile; "
+        "the profile wins over dtsim's defaults")
     model: ModelSpec
     cluster: ClusterSpec
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
     training: TrainingSpec
     sim: SimSpec = Field(default_factory=SimSpec)
+
+    settings_source: SkipJsonSchema[dict[str, str]] = Field(
+        default_factory=dict, exclude=True, description="where each setting of the framework profile came from: "
+        "dotted path -> the framework's name, 'scenario' or 'default' (resolved, not written in files)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_framework(cls, value: Any, info: ValidationInfo) -> Any:
+        """Put the framework profile's values under the mapping (no-op once applied)."""
+        if isinstance(value, dict):
+            return apply_framework(value, lambda: catalog_in(info))
+        return value
+
+    def source_of(self, path: str) -> str:
+        """Where the effective value at the dotted ``path`` came from: the framework's name (its
+        profile), ``"scenario"`` (the file or ``--set``) or ``"default"`` (dtsim's default)."""
+        return source_of(self, path)
+
+    def framework_settings(self) -> list[tuple[str, Any, str]]:
+        """(path, effective value, source) of the profile's settings that differ from ``generic``."""
+        return framework_settings(self)
 
     @model_validator(mode="after")
     def _layout(self) -> Scenario:
@@ -343,7 +370,10 @@ class Scenario(Frozen):
 
     def content_hash(self) -> str:
         """SHA-256 of the canonical JSON of this scenario (stable across runs and machines)."""
-        payload = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+        data = self.model_dump(mode="json", by_alias=True)
+        if data.get("framework") == GENERIC:
+            del data["framework"]  # a generic scenario keeps the hash it had before frameworks existed
+        payload = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 
     @field_validator("name")
