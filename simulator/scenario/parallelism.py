@@ -71,6 +71,11 @@ class ZeroOptions(Frozen):
         "allreduce", description="stage 1/2: DeepSpeed all-reduces multi-rank buckets (default); reduce_scatter is "
         "Megatron's distributed optimizer"
     )
+    overlap_param_gather: bool = Field(
+        False, description="stage 1/2 (Megatron-Core --overlap-param-gather): the updated parameters are all-gathered "
+        "during the next step's forward, a bucket of allgather_bucket_size elements at a time, each layer's first "
+        "forward waiting for its bucket, instead of after the optimizer step"
+    )
 
 
 class FsdpOptions(Frozen):

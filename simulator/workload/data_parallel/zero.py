@@ -8,6 +8,16 @@ once the stage's last backward is done (DeepSpeed's pipeline engine ``ReduceGrad
 Megatron's ``finalize_model_grads`` without ``--overlap-grad-reduce``), so later stages'
 reductions never delay the pipeline's last backward. The optimizer steps on the 1/N shard;
 the updated parameters are all-gathered after the step in ``allgather_bucket_size`` pieces.
+
+With ``overlap_param_gather`` (Megatron-Core's distributed optimizer,
+``megatron/core/distributed/distributed_data_parallel.py`` and ``param_and_grad_buffer.py``
+at NVIDIA/Megatron-LM@d98e8a64: ``_make_forward_pre_hook``, ``finish_param_sync``) the
+all-gather of the updated parameters moves into the next step's forward, which this
+steady-state iteration stands for: buckets are formed over the parameters in reverse
+(backward) order and gathered in reverse bucket order, so the first layers' bucket goes
+first; a module's forward pre-hook dispatches its bucket's all-gather if nothing has yet
+(the first bucket), waits for it, and dispatches the next bucket's. Only a unit's first
+forward of the step waits; nothing is gathered after the optimizer step.
 """
 
 from __future__ import annotations
@@ -29,6 +39,9 @@ class ZeroState:
     pending: float = 0.0  # gradient elements waiting in the IPG bucket
     comm_tasks: list[int] = field(default_factory=list)
     wait: list[int] = field(default_factory=list)  # reductions the next compute must wait for
+    gather_buckets: list[tuple[set[int], float]] = field(default_factory=list)  # (units, elements), gather order
+    gathers: list[int] = field(default_factory=list)  # all-gather task of each bucket dispatched so far
+    gated: set[int] = field(default_factory=set)  # units whose first forward already waited
 
 
 @dataclass
@@ -62,16 +75,61 @@ class BucketedZero(Strategy[ZeroState]):
     def boundary_units(self, stage: int, phase: str, last: bool) -> set[int] | None:
         if phase == "bwd" and (self.zero_stage == 2 or (last and self._overlap)):
             return None
+        if phase == "fwd" and self._gather_in_forward:
+            return None  # each unit's forward waits for its own bucket
         return set()
 
+    @property
+    def _gather_in_forward(self) -> bool:
+        return self.scenario.parallelism.zero.overlap_param_gather and self.dp_ranks > 1
+
     def start_rank(self, rank: int) -> ZeroState:
-        return ZeroState()
+        state = ZeroState()
+        if self._gather_in_forward:
+            state.gather_buckets = self._gather_buckets(self.mesh.stage(rank))
+        return state
+
+    def _gather_buckets(self, stage: int) -> list[tuple[set[int], float]]:
+        """(units, elements) of the parameter all-gather buckets in the order they are gathered:
+        filled over the parameters in reverse order, up to allgather_bucket_size elements
+        (a parameter larger than that fills a bucket alone), then reversed."""
+        cap = self.scenario.parallelism.zero.allgather_bucket_size
+        buckets: list[tuple[set[int], float]] = []
+        units: set[int] = set()
+        size = 0.0
+        for param in reversed(self.layout.stage_params(stage)):
+            units.add(param.unit)
+            size += param.numel
+            if size >= cap:
+                buckets.append((units, size))
+                units, size = set(), 0.0
+        if size > 0:
+            buckets.append((units, size))
+        return list(reversed(buckets))
+
+    def _dispatch_gather(self, emit: RankEmitter[ZeroState], deps: list[int]) -> None:
+        state = emit.state
+        index = len(state.gathers)
+        _, elements = state.gather_buckets[index]
+        after = [state.gathers[-1]] if state.gathers else deps
+        state.gathers.append(emit.collective(Collective(
+            "zero.param_allgather", "all_gather", self.grad_axis, elements * param_bytes(self.scenario),
+            stream="dp", key=("params", index)), after))
 
     def before(self, emit: RankEmitter[ZeroState], unit: int, phase: str, mb: int, deps: list[int]) -> list[int]:
         state = emit.state
         if state.wait:
             deps = [*deps, *state.wait]
             state.wait = []
+        if phase == "fwd" and state.gather_buckets and unit not in state.gated:
+            state.gated.add(unit)
+            index = next((i for i, (units, _) in enumerate(state.gather_buckets) if unit in units), None)
+            if index is not None:
+                while len(state.gathers) <= index:  # the pre-hook dispatches a bucket nothing has yet
+                    self._dispatch_gather(emit, deps)
+                deps = [*deps, state.gathers[index]]
+                if len(state.gathers) < len(state.gather_buckets):  # ... and the next one once it waited
+                    self._dispatch_gather(emit, deps)
         return deps
 
     def after(self, emit: RankEmitter[ZeroState], unit: int, phase: str, mb: int, task: int, *, last: bool) -> None:
@@ -115,7 +173,7 @@ class BucketedZero(Strategy[ZeroState]):
             deps = self.offload_step(emit, shard, deps)
         else:
             deps = [emit.optimizer(deps, shard)]
-        if self.dp_ranks > 1:  # updated 16-bit shards all-gathered into every rank's parameters
+        if self.dp_ranks > 1 and not self._gather_in_forward:  # updated 16-bit shards into every rank's parameters
             bucket = self.scenario.parallelism.zero.allgather_bucket_size
             count = max(1, math.ceil(params / bucket))
             emit.collective(Collective("zero.param_allgather", "all_gather", self.grad_axis,
