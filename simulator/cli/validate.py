@@ -54,6 +54,10 @@ def validate(
     per.add_row("nccl-tests all-reduce >= 1 MiB", str(c["points"]), f"{100 * c['mape']:.1f}%",
                 f"{100 * c['max_abs_error']:.1f}%")
     console.print(per)
+    from simulator.validation.records import unmapped_summary
+
+    if unmapped_summary():
+        console.print(unmapped_summary(), style="dim", soft_wrap=True)
     if json_path is not None:
         data = {"summary": summary,
                 "records": [{"id": r.record.id, "source": r.record.source, "gpus": r.record.gpus,

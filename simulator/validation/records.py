@@ -209,6 +209,24 @@ def load_records() -> list[Record]:
     return out
 
 
+def unmapped_records() -> list[str]:
+    """Ids of the public set's training records that no source mapper handles yet."""
+    return [r["id"] for r in _data()["training_records"] if not any(r["id"].startswith(p) for p in SOURCES)]
+
+
+def unmapped_summary() -> str:
+    """One sentence naming the training records that are not simulated yet, by id prefix (empty if none)."""
+    ids = unmapped_records()
+    if not ids:
+        return ""
+    groups: dict[str, int] = {}
+    for record_id in ids:
+        prefix = "_".join(record_id.split("_")[:2])
+        groups[prefix] = groups.get(prefix, 0) + 1
+    listed = ", ".join(f"{prefix}_* ({n})" for prefix, n in sorted(groups.items()))
+    return f"{len(ids)} training records of the public set are not mapped to scenarios yet: {listed}."
+
+
 def load_comm_records() -> list[CommRecord]:
     out = []
     for r in _data().get("comm_records", []):

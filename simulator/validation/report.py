@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from simulator import __version__
+from simulator.validation.records import unmapped_summary
 from simulator.validation.runner import COMM_MIN_BYTES, Validation
 
 __all__ = ["write_markdown", "scatter_svg"]
@@ -105,6 +106,9 @@ def write_markdown(validation: Validation, directory: Path, *, html: bool = True
     o = s["overall"]
     lines.append(f"| **all training runs** | {o['records']} | **{100 * o['mape']:.1f}%** | "
                  f"{100 * o['max_abs_error']:.1f}% | |")
+    unmapped = unmapped_summary()
+    if unmapped:
+        lines += ["", unmapped]
     c = s["collectives"]
     lines += ["", f"Collectives (nccl-tests all-reduce on 2 x p4de.24xlarge, sizes >= {_size(COMM_MIN_BYTES)}): "
               f"mean abs. error {100 * c['mape']:.1f}%, worst {100 * c['max_abs_error']:.1f}% over {c['points']} sizes.",
