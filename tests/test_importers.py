@@ -283,6 +283,16 @@ def test_torchtitan_hsdp_and_pipeline(tmp_path: Path) -> None:
     assert s.training.recompute == "none"
 
 
+def test_torchtitan_older_keys() -> None:
+    toml = ('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nbatch_size = 2\nseq_len = 8192\n'
+            '[float8]\nenable_float8_linear = true\n[parallelism]\ncontext_parallel_degree = 2\n')
+    imported = import_torchtitan(toml, source="old.toml", **_cluster("dgx-h100", 1, 8))
+    sc = imported.scenario
+    assert sc["training"]["micro_batch"] == 2 and sc["training"]["global_batch"] == 8  # 2 x dp 4
+    assert sc["training"]["precision"] == "fp8" and sc["parallelism"]["cp"] == 2
+    assert any("parallel_dims.py" in n for n in imported.notes)
+
+
 def test_deepspeed_zero2_tutorial(tmp_path: Path) -> None:
     imported = import_deepspeed(json.dumps(DS_ZERO2), json.dumps(HF_LLAMA), ds_source="ds.json",
                                 hf_source="config.json", **_cluster("p4d.24xlarge", 4, 8))

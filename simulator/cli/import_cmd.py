@@ -1,8 +1,9 @@
 """``dtsim import``: write a scenario YAML from a framework's own configuration.
 
-``dtsim import megatron --node NODE --nodes N [--out FILE] -- <pretrain_gpt.py arguments>``,
-``dtsim import torchtitan JOB.toml --node NODE --nodes N [--out FILE]``,
-``dtsim import deepspeed DS_CONFIG.json --model HF_CONFIG.json --node NODE --nodes N [--out FILE]``.
+Three sub-commands of ``dtsim import`` (shared/CONTRACT.md):
+``megatron --node NODE --nodes N [--out FILE] -- <pretrain_gpt.py arguments>``,
+``torchtitan JOB.toml --node NODE --nodes N [--out FILE]`` and
+``deepspeed DS_CONFIG.json --model HF_CONFIG.json --node NODE --nodes N [--out FILE]``.
 The mapping lives in :mod:`simulator.importers`; this module reads files, checks that the
 written scenario validates, and prints or writes it. Contradictions and bad files exit 2.
 """

@@ -144,6 +144,10 @@ def import_torchtitan(text: str, *, source: str, cluster: dict[str, Any], world:
         par["sharding"] = "fsdp"
     else:
         par["sharding"] = "none"
+    if cp > 1 and shard > 1:
+        notes.append("torchtitan shards parameters over data_parallel_shard_degree x context_parallel_degree ranks "
+                     "(the fsdp mesh dimension is dp_shard * cp, torchtitan/distributed/parallel_dims.py:137 at "
+                     "4a950ea); dtsim's fsdp/hsdp shards over the data-parallel ranks only")
     if pp > 1:
         notes.append("torchtitan's default pipeline schedule (1F1B) is assumed; pipeline_parallel_schedule is not read")
     mode = ac.get("mode", "selective")
