@@ -12,6 +12,7 @@ import typer
 from simulator.cli.calibrate import calibrate
 from simulator.cli.collective import collective
 from simulator.cli.common import err_console
+from simulator.cli.import_cmd import import_app
 from simulator.cli.run import run
 from simulator.cli.schema import schema
 from simulator.cli.search import search
@@ -35,6 +36,8 @@ for command in (run, sweep, search, schema, topo, collective, validate):
     app.command()(command)
 # dtsim calibrate (simulator/cli/calibrate.py; PyTorch is imported only when it runs)
 app.command(name="calibrate")(calibrate)
+# dtsim import megatron | torchtitan | deepspeed (simulator/cli/import_cmd.py)
+app.add_typer(import_app, name="import")
 
 
 def main() -> None:

@@ -1,0 +1,13 @@
+"""Config importers: a framework's own configuration -> a dtsim scenario mapping (``dtsim import``).
+
+One module per framework (:mod:`.megatron`, :mod:`.torchtitan`, :mod:`.deepspeed`), each a pure
+function returning an :class:`~simulator.importers.common.Imported` (the scenario mapping, the
+inputs left unused and notes); :func:`~simulator.importers.common.render` writes it as YAML.
+"""
+
+from simulator.importers.common import Imported, render
+from simulator.importers.deepspeed import import_deepspeed
+from simulator.importers.megatron import import_megatron
+from simulator.importers.torchtitan import import_torchtitan
+
+__all__ = ["Imported", "render", "import_megatron", "import_torchtitan", "import_deepspeed"]

@@ -1,0 +1,174 @@
+"""torchtitan job TOML -> a dtsim scenario.
+
+Keys and defaults read from pytorch/torchtitan at commit
+4a950eaabff274567873322c206ddb481dae3567 (2026-04-13, the last commit with TOML job files;
+the next one, 76d5c72e2, moved configs to Python dataclasses), torchtitan/config/job_config.py:
+
+- ``[model] name`` / ``flavor`` (llama3 8B / 70B / 405B -> dtsim presets llama3-8b / 70b / 405b);
+  ``converters`` (:118) containing ``float8`` turns on float8 linears (older files:
+  ``[float8] enable_float8_linear``).
+- ``[training] local_batch_size`` (:253, default 8; ``batch_size`` in older files), ``global_batch_size``
+  (:256, default -1 = local_batch_size * data-parallel degree, larger = gradient accumulation),
+  ``seq_len`` (:261, default 2048), ``mixed_precision_param`` (:282, bfloat16 | float32; in
+  ``[parallelism]`` in some versions).
+- ``[parallelism] data_parallel_replicate_degree`` (:313, default 1), ``data_parallel_shard_degree``
+  (:324, default -1 = the remaining ranks), ``tensor_parallel_degree`` (:351),
+  ``pipeline_parallel_degree`` (:360), ``pipeline_parallel_microbatch_size`` (:412, default 1:
+  the local batch is split into micro-batches of this size), ``context_parallel_degree`` (:428).
+  Shard degree > 1 with replicate 1 is FSDP2 (fully_shard); both > 1 is HSDP.
+- ``[activation_checkpoint] mode`` (:652, selective | full | memory_budget | none, default selective).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.errors import ScenarioError
+from simulator.importers.common import Imported, Layout, check_layout, positive_int
+
+__all__ = ["import_torchtitan", "parse_toml", "LLAMA3_PRESETS"]
+
+LLAMA3_PRESETS = {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}
+_MODELLED = {
+    "model": {"name", "flavor", "converters"},
+    "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+                    "pipeline_parallel_degree", "context_parallel_degree", "pipeline_parallel_microbatch_size",
+                    "mixed_precision_param"},
+    "activation_checkpoint": {"mode"},
+    "float8": {"enable_float8_linear"},
+}
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """The TOML document, with stdlib ``tomllib`` (Python 3.11+) or the ``tomli`` package."""
+    try:
+        import tomllib as toml
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as toml  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise ScenarioError("reading TOML needs Python 3.11 or the tomli package (pip install tomli)") from None
+    try:
+        return toml.loads(text)
+    except toml.TOMLDecodeError as exc:
+        raise ScenarioError(f"{source}: not valid TOML: {exc}") from None
+
+
+def _ignored(doc: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else key
+            section = path.split(".", 1)[0]
+            if isinstance(value, dict):
+                walk(value, path)
+            elif not (prefix == section and key in _MODELLED.get(section, ())):
+                out.append(path)
+
+    walk(doc, "")
+    return out
+
+
+def _int(section: dict[str, Any], key: str, default: int, where: str) -> int:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(f"{where}.{key} must be an integer, got {value!r}")
+    return value
+
+
+def import_torchtitan(text: str, *, source: str, cluster: dict[str, Any], world: int, where: str) -> Imported:
+    """A scenario from a torchtitan job TOML ``text`` (read from ``source``) on ``cluster``."""
+    doc = parse_toml(text, source)
+    notes: list[str] = []
+    model_sec, train = doc.get("model", {}), doc.get("training", {})
+    par_sec, ac = doc.get("parallelism", {}), doc.get("activation_checkpoint", {})
+    name, flavor = model_sec.get("name"), str(model_sec.get("flavor", ""))
+    if name not in ("llama3", "llama3_1", "llama3.1") or flavor not in LLAMA3_PRESETS:
+        raise ScenarioError(f"[model] name = {name!r}, flavor = {flavor!r}: dtsim maps only llama3 flavors "
+                            f"{', '.join(LLAMA3_PRESETS)}; write the model section by hand")
+    preset = LLAMA3_PRESETS[flavor]
+    seq = _int(train, "seq_len", 2048, "training")
+    tp = _int(par_sec, "tensor_parallel_degree", 1, "parallelism")
+    pp = _int(par_sec, "pipeline_parallel_degree", 1, "parallelism")
+    cp = _int(par_sec, "context_parallel_degree", 1, "parallelism")
+    replicate = _int(par_sec, "data_parallel_replicate_degree", 1, "parallelism")
+    shard = _int(par_sec, "data_parallel_shard_degree", -1, "parallelism")
+    for key, value in (("tensor_parallel_degree", tp), ("pipeline_parallel_degree", pp),
+                       ("context_parallel_degree", cp), ("data_parallel_replicate_degree", replicate)):
+        positive_int(value, f"[parallelism] {key}")
+    mp = tp * pp * cp
+    if world % mp:
+        raise ScenarioError(f"[parallelism] tensor_parallel_degree * pipeline_parallel_degree * "
+                            f"context_parallel_degree = {tp}*{pp}*{cp} = {mp} does not divide the world size "
+                            f"{world} ({where})")
+    dp = world // mp
+    if shard == -1:
+        if dp % replicate:
+            raise ScenarioError(f"[parallelism] data_parallel_replicate_degree = {replicate} does not divide the "
+                                f"data-parallel ranks left, {dp}")
+        shard = dp // replicate
+    elif shard < 1 or replicate * shard != dp:
+        raise ScenarioError(f"[parallelism] data_parallel_replicate_degree * data_parallel_shard_degree = "
+                            f"{replicate}*{shard} != world / (tp*pp*cp) = {dp} ({where})")
+    local_key = "local_batch_size" if "local_batch_size" in train else "batch_size"
+    local = positive_int(train.get(local_key, 8), f"[training] {local_key}")
+    micro = local
+    micro_name = f"[training] {local_key}"
+    if pp > 1:
+        micro = positive_int(par_sec.get("pipeline_parallel_microbatch_size", 1),
+                             "[parallelism] pipeline_parallel_microbatch_size")
+        micro_name = "[parallelism] pipeline_parallel_microbatch_size"
+        if local % micro:
+            raise ScenarioError(f"[training] {local_key} = {local} is not divisible by {micro_name} = {micro}")
+    gb = _int(train, "global_batch_size", -1, "training")
+    global_batch = local * dp if gb in (-1, 0) else gb
+    if gb not in (-1, 0) and gb % (local * dp):
+        raise ScenarioError(f"[training] global_batch_size = {gb} is not divisible by {local_key} * data-parallel "
+                            f"degree = {local}*{dp} = {local * dp}")
+    heads = {"llama3-8b": (32, 8), "llama3-70b": (64, 8), "llama3-405b": (128, 8)}[preset]
+    check_layout(Layout(world=world, where=where, tp=(tp, "[parallelism] tensor_parallel_degree"),
+                        pp=(pp, "[parallelism] pipeline_parallel_degree"),
+                        cp=(cp, "[parallelism] context_parallel_degree"), micro=(micro, micro_name),
+                        global_batch=(global_batch, "[training] global_batch_size"),
+                        heads=(heads[0], f"{preset} heads"), kv_heads=(heads[1], f"{preset} kv_heads")))
+    par: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp}
+    if tp > 1:
+        par["sequence_parallel"] = True
+        notes.append("torchtitan's tensor parallelism shards the norms' activations along the sequence "
+                     "(SequenceParallel on the norms, torchtitan/models/llama3/infra/parallelize.py:181,219 at 4a950ea): sequence_parallel: true")
+    if shard > 1 and replicate > 1:
+        par.update(sharding="hsdp", shard_group_size=shard)
+    elif shard > 1:
+        par["sharding"] = "fsdp"
+    else:
+        par["sharding"] = "none"
+    if cp > 1 and shard > 1:
+        notes.append("torchtitan shards parameters over data_parallel_shard_degree x context_parallel_degree ranks "
+                     "(the fsdp mesh dimension is dp_shard * cp, torchtitan/distributed/parallel_dims.py:137 at "
+                     "4a950ea); dtsim's fsdp/hsdp shards over the data-parallel ranks only")
+    if pp > 1:
+        notes.append("torchtitan's default pipeline schedule (1F1B) is assumed; pipeline_parallel_schedule is not read")
+    mode = ac.get("mode", "selective")
+    if mode not in ("selective", "full", "none"):
+        notes.append(f"[activation_checkpoint] mode = {mode!r} is not modelled: full recomputation")
+        mode = "full"
+    if mode == "selective":
+        notes.append("selective activation checkpointing (torchtitan's op or per-layer policy) is dtsim's "
+                     "selective recomputation (attention scores recomputed)")
+    converters = [str(c) for c in model_sec.get("converters", [])]
+    fp8 = any("float8" in c for c in converters) or bool(doc.get("float8", {}).get("enable_float8_linear"))
+    mpp = train.get("mixed_precision_param", par_sec.get("mixed_precision_param", "bfloat16"))
+    precision = "fp8" if fp8 else "fp32" if mpp == "float32" else "bf16"
+    if fp8:
+        notes.append("float8 linears: precision fp8 (dtsim's fp8 is one switch, without recipe or fp8 all-gather)")
+    if doc.get("compile", {}).get("enable"):
+        notes.append("[compile] enable = true: torch.compile's kernel fusion is not modelled")
+    model: Any = preset if seq == 8192 else {"preset": preset, "seq_len": seq}
+    scenario = {
+        "name": f"torchtitan {name} {flavor}", "framework": "torchtitan", "model": model, "cluster": cluster,
+        "parallelism": par,
+        "training": {"micro_batch": micro, "global_batch": global_batch, "precision": precision, "recompute": mode},
+    }
+    return Imported(scenario=scenario, source=source, ignored=_ignored(doc), notes=notes)
