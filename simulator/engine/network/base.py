@@ -17,6 +17,7 @@ work after every other event of the current instant (:func:`at_end_of_instant`).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -75,7 +76,7 @@ def at_end_of_instant(env: simpy.Environment, fn: Callable[[], None]) -> None:
     env.timeout(0).callbacks.append(check)
 
 
-class PhasedNetwork:
+class PhasedNetwork(ABC):
     """Base of models that run folded phases in order; subclasses implement :meth:`move_bytes`."""
 
     def __init__(self, env: simpy.Environment, capacity_bytes_per_s: np.ndarray, *,
@@ -117,9 +118,10 @@ class PhasedNetwork:
 
     # -- for subclasses --------------------------------------------------------------------
 
+    @abstractmethod
     def move_bytes(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
-        """Move the bytes of ``load`` (which has some) and call ``bytes_done`` when moved."""
-        raise NotImplementedError
+        """Move the bytes of ``load`` (which has some) and call ``bytes_done`` when moved:
+        how fast is each model's business (flow: max-min sharing; analytical: alone)."""
 
     def account(self, load: PhaseLoad, nbytes: float) -> None:
         """Add ``nbytes`` moved by each of ``load``'s flows to the classes it crosses."""

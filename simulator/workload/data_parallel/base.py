@@ -23,6 +23,7 @@ says which.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -66,8 +67,9 @@ def host_memory_bandwidth(given: float | None, sockets: int) -> float:
 
 
 @dataclass
-class Strategy(Generic[S]):
-    """Base strategy: no sharding, no hooks; subclasses own a typed per-rank state ``S``."""
+class Strategy(ABC, Generic[S]):
+    """The interface, with the behaviour shared by every strategy (no sharding, no hooks);
+    a strategy owns a typed per-rank state ``S`` made by :meth:`start_rank`."""
 
     scenario: Scenario
     mesh: Mesh
@@ -92,8 +94,9 @@ class Strategy(Generic[S]):
 
     # hooks -------------------------------------------------------------------------------
 
+    @abstractmethod
     def start_rank(self, rank: int) -> S:
-        raise NotImplementedError
+        """The strategy's state for one simulated rank (``None`` for a stateless strategy)."""
 
     def boundary_units(self, stage: int, phase: str, last: bool) -> set[int] | None:
         """Units after which the strategy needs its own hook (a task boundary); None = after
