@@ -80,20 +80,18 @@ def test_error_in_a_preset_file_names_that_file(cli, tmp_path, monkeypatch):
     (models / "broken.yaml").write_text("name: broken\nlayers: -3\nhidden: 64\nheads: 4\nseq_len: 16\nvocab: 100\n")
     monkeypatch.setenv("DTSIM_DATA_DIR", str(tmp_path))
     from simulator import datadirs
-    from simulator.scenario import hardware, presets
+    from simulator.catalog import forget_default_catalog
 
-    for fn in (datadirs.data_root, presets._load, hardware._load_node_type, hardware.gpu_catalog,
-               hardware._transports, hardware.nccl_constants):
-        fn.cache_clear()
+    datadirs.data_root.cache_clear()
+    forget_default_catalog()
     try:
         result, _ = _run(cli, tmp_path, GOOD.replace("gpt3-125m", "broken"))
         assert result.exit_code == 2
         assert "broken.yaml:2" in result.output and "layers" in result.output
     finally:
         monkeypatch.delenv("DTSIM_DATA_DIR")
-        for fn in (datadirs.data_root, presets._load, hardware._load_node_type, hardware.gpu_catalog,
-                   hardware._transports, hardware.nccl_constants):
-            fn.cache_clear()
+        datadirs.data_root.cache_clear()
+        forget_default_catalog()
 
 
 def test_oom_is_a_verdict_not_an_error(cli, tmp_path):

@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 import simulator
+from simulator.catalog import default_catalog
 from simulator.cli import app
 from simulator.scenario.calibration import load_profile_spec
-from simulator.scenario.hardware import gpu_catalog
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import Shard, backward_of, block_forward, kernels_time_s
 from simulator.workload.profile import compute_profile
@@ -76,7 +76,7 @@ def test_closed_loop_compares_a_real_block_with_the_simulator(cpu_profile: Path)
 
 
 def test_cpu_profile_makes_simulated_compute_slower_than_builtin_a100(cpu_profile: Path) -> None:
-    a100 = gpu_catalog()["a100-80gb"]
+    a100 = default_catalog().gpus["a100-80gb"]
     builtin = compute_profile(a100, None)
     measured = compute_profile(a100, str(cpu_profile))
     model = ModelSpec.model_validate("gpt3-1.3b")

@@ -8,7 +8,6 @@ import pytest
 import simulator
 from simulator.catalog import Catalog, CatalogDirs, default_catalog
 from simulator.datadirs import data_root
-from simulator.scenario import hardware
 from tests.conftest import small_scenario
 
 
@@ -35,8 +34,8 @@ def test_two_catalogs_coexist(tmp_path):
     edited = Catalog.load(root)
     assert edited.gpus["a100-80gb"].memory_bytes == 40 * 2**30
     assert default_catalog().gpus["a100-80gb"].memory_bytes == 80 * 2**30
-    assert hardware.gpu_catalog(edited)["a100-80gb"].memory_bytes == 40 * 2**30
-    assert hardware.gpu_catalog()["a100-80gb"].memory_bytes == 80 * 2**30
+    assert edited.gpus["a100-80gb"].memory_bytes == 40 * 2**30
+    assert default_catalog().gpus["a100-80gb"].memory_bytes == 80 * 2**30
 
     data = small_scenario(cluster={"node": "p4de.24xlarge", "nodes": 2})
     mine = simulator.Scenario.model_validate(data, context={"catalog": edited})
@@ -85,7 +84,7 @@ def test_catalog_lookups_name_what_is_missing():
         catalog.transport("carrier-pigeon")
     with pytest.raises(simulator.ScenarioError, match="unknown model preset 'gpt9'"):
         catalog.preset("gpt9")
-    assert catalog.nccl.overlap_compute_slowdown == hardware.nccl_constants().overlap_compute_slowdown
+    assert catalog.nccl.overlap_compute_slowdown == default_catalog().nccl.overlap_compute_slowdown
 
 
 def test_profile_is_read_again_when_the_file_changes(tmp_path):

@@ -2,10 +2,10 @@
 
 import pytest
 
+from simulator.catalog import default_catalog
 from simulator.cluster import Mesh, Router, build_cluster
 from simulator.cluster.describe import summarize
 from simulator.scenario import ClusterSpec
-from simulator.scenario.hardware import gpu_catalog, node_type, node_type_names
 
 CONTRACT_NODES = {"dgx-a100", "dgx-h100", "dgx-h200", "dgx2-v100", "p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge",
                   "p4de.24xlarge", "p5.48xlarge", "g5.12xlarge", "g5.48xlarge"}
@@ -17,11 +17,11 @@ def cluster(node, nodes=1, **fabric):
 
 
 def test_catalog_has_every_contract_node_and_gpu_with_sources():
-    assert set(node_type_names()) >= CONTRACT_NODES
-    assert set(gpu_catalog()) >= CONTRACT_GPUS
+    assert set(default_catalog().node_type_names()) >= CONTRACT_NODES
+    assert set(default_catalog().gpus) >= CONTRACT_GPUS
     for name in CONTRACT_NODES:
-        assert node_type(name).sources
-    for gpu in gpu_catalog().values():
+        assert default_catalog().node_type(name).sources
+    for gpu in default_catalog().gpus.values():
         assert (gpu.sources and gpu.peak_flops.bf16) or gpu.peak_flops.fp16
 
 

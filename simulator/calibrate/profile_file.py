@@ -36,8 +36,8 @@ from simulator.calibrate.device import DeviceInfo
 from simulator.calibrate.fit import achieved_rate, compute_seconds, efficiency_curve
 from simulator.calibrate.kernels import AttentionPoint, BlockOpPoint, GemmPoint, MemoryPoint
 from simulator.calibrate.timing import Timing
+from simulator.catalog import GpuSpec
 from simulator.scenario.calibration import ProfileSpec
-from simulator.scenario.hardware import GpuSpec
 
 __all__ = ["build_profile", "write_profile", "validate_profile"]
 

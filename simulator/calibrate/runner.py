@@ -45,7 +45,7 @@ from simulator.calibrate.kernels import (
 from simulator.calibrate.profile_file import build_profile, validate_profile
 from simulator.calibrate.shapes import attention_shapes, block_shape, gemm_shapes
 from simulator.calibrate.timing import KernelTimer
-from simulator.scenario.hardware import gpu_catalog
+from simulator.catalog import default_catalog
 from simulator.workload.profile import profile_from_spec
 
 __all__ = ["CalibrationOptions", "Calibration", "Progress", "run_calibration", "default_dtype", "default_out"]
@@ -189,7 +189,7 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
         torch.cuda.set_device(device.index or 0)  # synchronize() and new tensors default to it
     if device.kind == "cuda" and dtype == "fp32":
         torch.backends.cuda.matmul.allow_tf32 = False  # measure true fp32 (tf32 is its own precision)
-    gpu = gpu_catalog().get(device.catalog_gpu) if device.catalog_gpu else None
+    gpu = default_catalog().gpus.get(device.catalog_gpu) if device.catalog_gpu else None
 
     shape = block_shape(options.scenario, quick=options.quick, device=device.kind)
     given = options.scenario is not None

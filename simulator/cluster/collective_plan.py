@@ -13,16 +13,16 @@ from functools import cached_property
 
 import numpy as np
 
+from simulator.catalog import NcclConstants, default_catalog
 from simulator.cluster.graph import ClusterGraph
 from simulator.costs.collectives import CollectiveShape, NcclModel, PhaseShape
-from simulator.scenario.hardware import NcclConstants, nccl_constants
 
 __all__ = ["Flow", "PhasePlan", "CollectivePlan", "nccl_model"]
 
 
 def nccl_model(constants: NcclConstants | None = None) -> NcclModel:
     """NCCL's cost model from its constants (default: the default catalog's ``nccl.yaml``)."""
-    c = constants or nccl_constants()
+    c = constants or default_catalog().nccl
     return NcclModel(
         base_latency={k: dict(v) for k, v in c.base_latency.items()},
         hop_latency={k: {a: dict(p) for a, p in v.items()} for k, v in c.hop_latency.items()},

@@ -17,8 +17,8 @@ from typing import Literal, NamedTuple, Protocol
 
 import networkx as nx
 
+from simulator.catalog import GpuSpec, LinkKind, NcclConstants, NodeTypeSpec, TransportSpec
 from simulator.scenario.fabric import FabricSpec
-from simulator.scenario.hardware import GpuSpec, LinkKind, NcclConstants, NodeTypeSpec, TransportSpec
 
 __all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind", "ScaleOut"]
 

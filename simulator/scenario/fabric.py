@@ -16,8 +16,8 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, PositiveInt
 
+from simulator.catalog import TransportKind
 from simulator.fields import Fraction, Frozen, Rate, Seconds
-from simulator.scenario import hardware
 
 __all__ = [
     "FabricKind",
@@ -40,7 +40,7 @@ class FabricBase(Frozen):
 
     label_prefix: ClassVar[str] = ""
 
-    transport: hardware.TransportKind | None = Field(None, description="override the node type's NIC transport")
+    transport: TransportKind | None = Field(None, description="override the node type's NIC transport")
     nic_bandwidth_bytes_per_s: Rate | None = Field(
         None, alias="nic_bandwidth", description="override the bandwidth of each NIC, e.g. '400Gbps'"
     )

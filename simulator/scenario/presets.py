@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.catalog import Catalog, default_catalog, forget_default_catalog
+from simulator.catalog import Catalog, default_catalog
 
 __all__ = ["preset_names", "load_preset"]
 
@@ -19,14 +19,7 @@ def preset_names(catalog: Catalog | None = None) -> list[str]:
     return (catalog or default_catalog()).preset_names()
 
 
-def _load(name: str, catalog: Catalog | None = None) -> tuple[dict[str, Any], Any, str]:
-    preset = (catalog or default_catalog()).preset(name)
-    return preset.data, preset.root, preset.path
-
-
-_load.cache_clear = forget_default_catalog  # type: ignore[attr-defined]
-
-
 def load_preset(name: str, catalog: Catalog | None = None) -> tuple[dict[str, Any], Any, str]:
     """The preset's fields (a fresh dict), its round-trip YAML (for line numbers) and its path."""
-    return _load(name, catalog)
+    preset = (catalog or default_catalog()).preset(name)
+    return preset.data, preset.root, preset.path

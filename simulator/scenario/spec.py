@@ -26,9 +26,9 @@ from typing import Any, Literal
 from pydantic import Field, PositiveInt, SerializeAsAny, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from simulator.catalog import GpuSpec, NodeTypeSpec
 from simulator.errors import InfeasibleError, ScenarioError
 from simulator.fields import Frozen, Precision
-from simulator.scenario import hardware
 from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
 from simulator.scenario.framework import GENERIC, Framework, apply_framework, framework_settings, source_of
 from simulator.scenario.model import ModelSpec
@@ -78,9 +78,9 @@ class ClusterSpec(Frozen):
     fabric: SerializeAsAny[FabricSpec] = Field(default_factory=FatTreeFabric)
     topology: str | None = Field(None, description="a cluster file holding these same keys instead")
 
-    node_type: SkipJsonSchema[hardware.NodeTypeSpec] = Field(
+    node_type: SkipJsonSchema[NodeTypeSpec] = Field(
         exclude=True, description="the node type spec: resolved from node (not written in files)")
-    gpu_spec: SkipJsonSchema[hardware.GpuSpec] = Field(
+    gpu_spec: SkipJsonSchema[GpuSpec] = Field(
         exclude=True, description="the GPU spec: resolved from gpu or the node type (not written in files)")
 
     @field_validator("fabric", mode="before")

@@ -14,11 +14,11 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.catalog import NcclConstants, default_catalog
 from simulator.cluster.mesh import Mesh, mesh_for
 from simulator.costs.compute import ComputeProfile
 from simulator.costs.memory import model_state_bytes_per_param
 from simulator.ir import Program
-from simulator.scenario.hardware import NcclConstants, nccl_constants
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
 from simulator.workload.data_parallel import Strategy, strategy_for
@@ -45,7 +45,7 @@ def overlap_slowdown(scenario: Scenario, nccl: NcclConstants | None = None) -> f
     given = scenario.sim.overlap_slowdown
     if given is not None:
         return given
-    return (nccl or nccl_constants()).overlap_compute_slowdown
+    return (nccl or default_catalog().nccl).overlap_compute_slowdown
 
 
 @dataclass

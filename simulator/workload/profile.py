@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.catalog import Catalog
+from simulator.catalog import Catalog, GpuSpec
 from simulator.costs.compute import ComputeProfile, EfficiencyCurve
 from simulator.costs.dtypes import nearest_precision
 from simulator.errors import ScenarioError
 from simulator.fields import PRECISIONS
 from simulator.scenario.calibration import CurveSpec, ProfileSpec, builtin_profile_path, load_profile_spec
-from simulator.scenario.hardware import GpuSpec
 
 __all__ = ["compute_profile", "profile_from_spec"]
 
