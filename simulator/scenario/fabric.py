@@ -12,7 +12,7 @@ builder/router registered in :mod:`simulator.cluster.fabrics`.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, PositiveInt
 
@@ -37,8 +37,6 @@ DEFAULT_KIND = "fat-tree"
 
 class FabricBase(Frozen):
     """Fields every fabric kind accepts: overrides of the node type's NICs and transport."""
-
-    label_prefix: ClassVar[str] = ""
 
     transport: TransportKind | None = Field(None, description="override the node type's NIC transport")
     nic_bandwidth_bytes_per_s: Rate | None = Field(

@@ -110,12 +110,6 @@ class PhasedNetwork(ABC):
                     if len(load.classes) else float("inf"))
         return min(rate, load.rate_cap)
 
-    def alone_time_s(self, load: PhaseLoad) -> float:
-        """Time of one phase with the network to itself: bytes / alone rate + latency (alpha-beta)."""
-        if load.bytes_per_flow <= 0:
-            return load.latency_s
-        return load.bytes_per_flow / self.alone_rate_bytes_per_s(load) + load.latency_s
-
     # -- for subclasses --------------------------------------------------------------------
 
     @abstractmethod
