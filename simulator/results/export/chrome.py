@@ -148,11 +148,10 @@ def _flow_events(by_rank: dict[int, list[Row]], chosen: list[int],
     ends: dict[str, dict[str, list[tuple[int, int, Row]]]] = defaultdict(lambda: {"send": [], "recv": []})
     for rank in chosen:
         for i, row in enumerate(by_rank[rank]):
-            if row.join is None or row.comm is None or row.comm.op != "p2p":
-                continue
             role = row.info.role if row.info is not None else None
-            side = role or ("send" if (row.comm.group and row.comm.group[0] == row.rank) else "recv")
-            ends[row.join][side].append((rank, i, row))
+            if row.join is None or role is None:  # only pipeline transfers have a send and a receive side
+                continue
+            ends[row.join][role].append((rank, i, row))
     events: list[dict[str, Any]] = []
     flow_id = 0
     for join in sorted(ends):
