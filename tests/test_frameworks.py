@@ -120,7 +120,7 @@ def test_megatron_core_on_gpt3_changes_exactly_the_profile_fields():
         "parallelism.zero.overlap_comm": (False, "megatron-core"),
         "parallelism.zero.reduce_bucket_size": (40_000_000, "megatron-core"),
         "parallelism.zero.allgather_bucket_size": (40_000_000, "megatron-core"),
-        "training.grad_reduce_dtype": ("fp32", "megatron-core"),
+        "training.grad_reduce_dtype": ("fp32-for-bf16", "megatron-core"),
     }
     # the ddp block is not read by zero1: left at dtsim's defaults, and said so
     assert mcore.source_of("parallelism.ddp.overlap") == "default" and mcore.parallelism.ddp.overlap is True
@@ -140,4 +140,16 @@ def test_cli_summary_lists_the_framework_settings():
     assert "megatron-core: 5 setting(s) differ from generic" in out.stdout
     assert "parallelism.zero.overlap_comm = false (megatron-core)" in out.stdout
     assert "parallelism.zero.reduce_bucket_size = 50000000 (scenario)" in out.stdout
-    assert "training.grad_reduce_dtype = fp32 (megatron-core)" in out.stdout
+    assert "training.grad_reduce_dtype = fp32-for-bf16 (megatron-core)" in out.stdout
+
+
+@pytest.mark.parametrize(("precision", "wire_bytes"), [("bf16", 4), ("fp16", 2), ("fp32", 4)])
+def test_megatron_reduces_gradients_in_fp32_only_for_bf16(precision, wire_bytes):
+    """Megatron's rule (profile value ``fp32-for-bf16``): bf16 training accumulates and reduces
+    fp32 main gradients (4 bytes per element); fp16 keeps fp16 gradients (2 bytes) unless told
+    otherwise, as the SC'21 fp16 runs did; fp32 training reduces fp32 (4)."""
+    from simulator.workload.data_parallel.base import grad_reduce_bytes
+
+    scenario = simulator.load_scenario(GPT3, overrides=["framework=megatron-lm", f"training.precision={precision}"])
+    assert scenario.training.grad_reduce_dtype == "fp32-for-bf16"
+    assert grad_reduce_bytes(scenario) == wire_bytes

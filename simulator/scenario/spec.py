@@ -140,7 +140,7 @@ def hardware_node_name(value: str, key: str) -> bool:
 
 
 class TrainingSpec(Frozen):
-    micro_batch: PositiveInt = Field(description="sequences per micro-batch per data-parallel rank")
+    micro_batch: PositiveInt = Field(1, description="sequences per micro-batch per data-parallel rank (default 1)")
     global_batch: PositiveInt = Field(description="sequences per iteration, all data-parallel ranks together")
     precision: Precision = Field("bf16", description="compute precision; fp16/bf16/fp8 use fp32 master weights")
     recompute: Recompute = Field("none", description="activation recomputation (Korthikanti et al. 2022)")
@@ -150,8 +150,9 @@ class TrainingSpec(Frozen):
         "3 (FlashAttention-3, Hopper only), triton (the Triton FlashAttention of 2023, e.g. MPT's attn_impl: triton)"
     )
     optimizer: Literal["adam", "sgd"] = Field("adam", description="adam: K = 12 bytes/param of fp32 states")
-    grad_reduce_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="dtype of gradient reductions; auto = the parameters' training dtype"
+    grad_reduce_dtype: Literal["auto", "fp32", "bf16", "fp16", "fp32-for-bf16"] = Field(
+        "auto", description="dtype of gradient reductions; auto = the parameters' training dtype; fp32-for-bf16 = "
+        "fp32 when training in bf16, else the training dtype (Megatron's fp32 main gradients)"
     )
     grad_clipping: bool = Field(True, description="gradient-norm all-reduce before the optimizer step")
 

@@ -50,6 +50,8 @@ CPU_ADAM_BYTES_PER_PARAM = 28.0
 def grad_reduce_bytes(scenario: Scenario) -> int:
     """Bytes per gradient element on the wire: the training dtype unless overridden."""
     dtype = scenario.training.grad_reduce_dtype
+    if dtype == "fp32-for-bf16":
+        dtype = "fp32" if scenario.training.precision == "bf16" else "auto"
     if dtype == "auto":
         return weight_bytes(scenario.training.precision)
     return bytes_per_element(dtype)
