@@ -3,8 +3,10 @@
 Thresholds are the current honest errors rounded up a little (they are deterministic, so the
 margin only absorbs floating-point differences between machines). Tighten them when the
 model improves; never loosen them to make a change pass: find what the change broke.
-Current (docs/validation.md): LLM Foundry 8.5% MAPE (worst 28.5%, MPT-760M at 512 tokens),
-Megatron-Core 8.1% (worst 17.8%), SC'21 4.5% (worst 7.6%), nccl-tests >= 1 MiB 5.7% (18.4%).
+Every record is described only by what its source states plus its framework's profile
+(``simulator/validation/records.py``). Current (docs/validation.md): LLM Foundry 8.4% MAPE
+(worst 28.1%, MPT-760M at 512 tokens), Megatron-Core 17.2% (worst 32.4%), SC'21 7.9% (worst
+11.8%), nccl-tests >= 1 MiB 5.7% (18.4%).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ pytestmark = pytest.mark.slow
 # source: (MAPE ceiling, worst-record ceiling)
 THRESHOLDS = {
     "llm-foundry": (0.090, 0.290),
-    "megatron-core": (0.085, 0.185),
-    "megatron-sc21": (0.050, 0.080),
+    "megatron-core": (0.180, 0.330),
+    "megatron-sc21": (0.085, 0.125),
 }
 COLLECTIVES = (0.060, 0.190)
 
@@ -32,7 +34,7 @@ def validation() -> Validation:
 def test_every_source_is_validated(validation):
     summary = validation.summary()["per_source"]
     assert set(summary) == set(THRESHOLDS)
-    assert summary["megatron-sc21"]["records"] == 10 and summary["megatron-core"]["records"] == 11
+    assert summary["megatron-sc21"]["records"] == 10 and summary["megatron-core"]["records"] == 9
     assert summary["llm-foundry"]["records"] >= 60
 
 
@@ -57,14 +59,31 @@ def test_no_published_run_is_predicted_out_of_memory(validation):
     assert [r.record.id for r in validation.records if r.oom] == []
 
 
-def test_records_not_yet_mapped_are_named_not_dropped():
-    """The public set holds 102 training records: the SC'21 (10), Megatron-Core (11) and LLM
-    Foundry (61) mappers take 82; the other 20 are torchtitan's (18 from the December 2024 H100
-    tables, 2 H200 runs), which are reported as not mapped yet: 82 + 20 = 102."""
+def test_records_not_simulated_are_named_with_the_reason():
+    """The public set holds 102 training records: the SC'21 (10), Megatron-Core (9 of 11) and LLM
+    Foundry (61) mappers take 80. Not simulated, each with its reason: the two Megatron-Core
+    strong-scaling rows (their layout is not stated) and torchtitan's 20 (18 from the December
+    2024 H100 tables, 2 H200 runs) while they have no mapper: 80 + 2 + 20 = 102."""
     from simulator.validation.records import _data, load_records, unmapped_records, unmapped_summary
 
     total = len(_data()["training_records"])
     mapped, unmapped = len(load_records()), unmapped_records()
-    assert (total, mapped, len(unmapped)) == (102, 82, 20)
-    assert sorted({"_".join(i.split("_")[:2]) for i in unmapped}) == ["torchtitan_h100", "torchtitan_h200"]
+    assert (total, mapped, len(unmapped)) == (102, 80, 22)
+    strong = {i: why for i, why in unmapped.items() if i.startswith("mcore")}
+    assert sorted(strong) == ["mcore_h100_strong_gpt3_177b_4608gpu", "mcore_h100_strong_gpt3_177b_96gpu"]
+    assert all("layout not stated" in why for why in strong.values())
     assert unmapped_summary().startswith(f"{len(unmapped)} training records")
+
+
+def test_mappers_set_only_stated_facts():
+    """No mapper sets the knobs its source is silent on: Megatron-Core's micro-batch, precision
+    and recomputation are dtsim's defaults, and sequence parallelism and the distributed
+    optimizer come only from what the stated overlap flags require."""
+    from simulator.validation.records import load_records
+
+    for record in load_records():
+        if record.source == "megatron-core":
+            assert set(record.scenario["training"]) == {"global_batch"}, record.id
+            par = record.scenario["parallelism"]
+            assert par.get("sequence_parallel", False) == (par["tp"] > 1), record.id
+        assert record.scenario["framework"] != "generic" and record.stated, record.id

@@ -17,9 +17,11 @@ metric into a step time with that source's FLOP convention:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from simulator.costs.flops import megatron_flops_per_iteration
@@ -41,6 +43,8 @@ class Record:
     measured_metric: str  # what the source reported, e.g. "137 TFLOP/s per GPU (SC'21 Eq. 3)"
     assumptions: list[str] = field(default_factory=list)
     gpus: int = 0
+    stated: list[str] = field(default_factory=list)  # what the source states and the mapper sets (cited)
+    measured_peak_memory_bytes: float | None = None  # where the source publishes it
 
     @property
     def label(self) -> str:
@@ -90,24 +94,37 @@ def _gpt_model(model: dict[str, Any], *, vocab: int | None = None) -> dict[str, 
     return out
 
 
+MEGATRON_2021 = "NVIDIA/Megatron-LM@6985e58938d40ad91ac07b0fddcfad8132e1447e"
+
+
 def _megatron_sc21(r: dict[str, Any]) -> Record:
+    """Only what Table 1 and its scripts state (examples/sc21/run_table_1.sh + CONFIG.sh at the
+    record's commit): layout, batch, shape, ``--fp16``, ``--activations-checkpoint-method
+    uniform`` (full recomputation) and ``--DDP-impl``; the rest is the ``megatron-lm`` profile."""
     m, hw, par, batch = r["model"], r["hardware"], r["parallelism"], r["batch"]
     gpus = hw["gpus_total"]
     v = par.get("virtual_pp") or 1
+    parallelism: dict[str, Any] = {
+        "tp": par["tp"], "pp": par["pp"], "dp": par["dp"],
+        "pipeline_schedule": "interleaved" if v > 1 else "1f1b", "virtual_stages": v,
+    }
+    stated = ["tp, pp, dp, micro-batch, global batch, layers, hidden, heads, seq 2048 (run_table_1.sh, CONFIG.sh)",
+              "--fp16 (CONFIG.sh); full recomputation (--activations-checkpoint-method uniform, run_table_1.sh)"]
+    if par.get("ddp_impl") == "torch":
+        # torch DDP: PyTorch's bucketed all-reduce overlapped with the backward, fp16 gradients
+        parallelism["ddp"] = {"overlap": True}
+        stated.append(f"--DDP-impl torch (run_table_1.sh): PyTorch DDP, gradients all-reduced during the backward "
+                      f"({MEGATRON_2021} megatron/training.py:246-251)")
+    else:
+        stated.append("--DDP-impl local (run_table_1.sh): Megatron's local DDP, one all-reduce after the backward")
     scenario = {
         "name": f"{m['name']} (Megatron SC'21)",
+        "framework": "megatron-lm",
         "model": _gpt_model(m),
         "cluster": {"node": "dgx-a100", "nodes": gpus // 8},
-        "parallelism": {
-            "tp": par["tp"], "pp": par["pp"], "dp": par["dp"],
-            "pipeline_schedule": "interleaved" if v > 1 else "1f1b", "virtual_stages": v,
-            "sequence_parallel": False, "sharding": "none",
-            "ddp": {"overlap": False},
-        },
-        "training": {
-            "micro_batch": batch["micro_batch"], "global_batch": batch["global_batch"], "precision": "fp16",
-            "recompute": "full", "flash_attention": False, "grad_reduce_dtype": "fp32",
-        },
+        "parallelism": parallelism,
+        "training": {"micro_batch": batch["micro_batch"], "global_batch": batch["global_batch"], "precision": "fp16",
+                     "recompute": "full"},
     }
     tflops = r["measured"]["tflops_per_gpu"] * 1e12
     flops = megatron_flops_per_iteration(batch["global_batch"], m["seq_len"], m["layers"], m["hidden"], m["vocab"],
@@ -116,40 +133,50 @@ def _megatron_sc21(r: dict[str, Any]) -> Record:
         id=r["id"], source="megatron-sc21", citation=r["source"]["citation"], scenario=scenario,
         measured_step_s=flops / (tflops * gpus),
         measured_metric=f"{r['measured']['tflops_per_gpu']} TFLOP/s per GPU (Eq. 3, recompute counted)",
-        gpus=gpus,
+        gpus=gpus, stated=stated,
         assumptions=[
-            "Selene: DGX A100 80GB nodes, 8 x 200 Gb/s HDR InfiniBand, non-blocking fat tree",
-            "Megatron-LM 2021 (NGC 20.12): no FlashAttention (fused softmax), gradients all-reduced in fp32 "
-            "after the backward pass (local DDP, no --overlap-grad-reduce yet), no sequence parallelism",
+            "Selene (record: DGX A100 80GB, HDR InfiniBand 200 Gb/s fat tree): dtsim's dgx-a100 node",
+            "GPT architecture of that code: GELU MLP, LayerNorm, learned positions, tied embeddings, biases, dropout",
         ],
     )
 
 
-def _megatron_core(r: dict[str, Any]) -> Record:
+def _overlap_flags(text: str | None) -> set[str]:
+    return set(re.findall(r"--[a-z0-9-]+", text or ""))
+
+
+def _megatron_core(r: dict[str, Any]) -> Record | str:
+    """Only what the README table states: model shape, GPU count, tp, pp, global batch and the
+    overlap flags, plus what Megatron itself requires of those flags (cited); micro-batch,
+    recomputation and precision are dtsim's defaults (1, none, bf16)."""
     m, hw, par, batch = r["model"], r["hardware"], r["parallelism"], r["batch"]
     gpus = hw["gpus_total"]
-    assumptions = [
-        "Eos: DGX H100 nodes, 8 x 400 Gb/s NDR InfiniBand, non-blocking fat tree",
-        "precision bf16 (MFU quoted against the BF16 peak), micro-batch 1 and no recomputation (Megatron "
-        "defaults), FlashAttention, sequence parallelism when tp > 1, distributed optimizer (the runs use "
-        "--overlap-param-gather, which needs it) with overlapped gradient reduce-scatter",
-        "--tp-comm-overlap: TP all-gathers and reduce-scatters pipelined with their GEMMs (userbuffers)",
-    ]
     tp, pp = par.get("tp"), par.get("pp")
-    if tp is None or pp is None:  # strong-scaling rows: the weak-scaling layout of the same model
-        tp, pp = 8, 6
-        assumptions.append("layout not stated: tp 8, pp 6 as in the weak-scaling row of the 177B model")
-    dp = gpus // (tp * pp)
+    if tp is None or pp is None:
+        return "parallel layout not stated (the README gives only the GPU count and the batch of the strong-scaling runs)"
+    flags = _overlap_flags(par.get("overlap"))
+    parallelism: dict[str, Any] = {"tp": tp, "pp": pp, "dp": gpus // (tp * pp)}
+    stated = [f"tp {tp}, pp {pp}, {gpus} GPUs, global batch {batch['global_batch']}, model shape, seq "
+              f"{m['seq_len']}, vocab {m['vocab']} (README table)", f"overlap flags: {par.get('overlap')}"]
+    assumptions = ["H100 SXM (record): dtsim's dgx-h100 node (8 x H100 SXM 80GB, NVSwitch, 8 x 400 Gb/s NDR)"]
+    if "--tp-comm-overlap" in flags and tp > 1:
+        parallelism.update(tp_comm_overlap=True, sequence_parallel=True)
+        assumptions.append("sequence parallelism: --tp-comm-overlap requires it (NVIDIA/Megatron-LM@"
+                           "d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/training/arguments.py:1441-1442)")
+    if "--overlap-param-gather" in flags:
+        parallelism.update(sharding="zero1", zero={"overlap_comm": "--overlap-grad-reduce" in flags,
+                                                   "overlap_param_gather": True})
+        assumptions.append("distributed optimizer: --overlap-param-gather requires it (arguments.py:1024-1026 at "
+                           "d98e8a64; Megatron FSDP, the other option there, came after r0.8.0)")
+    elif "--overlap-grad-reduce" in flags:
+        parallelism["ddp"] = {"overlap": True}
     scenario = {
         "name": f"{m['name']} (Megatron-Core, {gpus} H100)",
-        "model": {**_gpt_model(m), "dropout": False},
+        "framework": "megatron-core",
+        "model": _gpt_model(m),
         "cluster": {"node": "dgx-h100", "nodes": gpus // 8},
-        "parallelism": {
-            "tp": tp, "pp": pp, "dp": dp, "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1, "sharding": "zero1",
-            "zero": {"gradient_reduction": "reduce_scatter", "overlap_comm": True},
-        },
-        "training": {"micro_batch": 1, "global_batch": batch["global_batch"], "precision": "bf16",
-                     "recompute": "none", "flash_attention": True},
+        "parallelism": parallelism,
+        "training": {"global_batch": batch["global_batch"]},
     }
     measured = r["measured"]
     tflops = (measured.get("tflops_per_gpu") or measured["mfu"] * H100_BF16_PEAK / 1e12) * 1e12
@@ -159,11 +186,18 @@ def _megatron_core(r: dict[str, Any]) -> Record:
               else f"MFU {measured['mfu']}") + " (Megatron-Core model FLOPs)"
     return Record(id=r["id"], source="megatron-core", citation=r["source"]["citation"], scenario=scenario,
                   measured_step_s=flops / (tflops * gpus), measured_metric=metric, assumptions=assumptions,
-                  gpus=gpus)
+                  gpus=gpus, stated=stated)
+
+
+LLM_FOUNDRY_BENCH = "mosaicml/llm-foundry@b2a43a1477a45f40f4086a1c72f851b0ab42d0ac"
 
 
 def _llm_foundry(r: dict[str, Any]) -> Record:
-    m, hw, batch, measured = r["model"], r["hardware"], r["batch"], r["measured"]
+    """What the benchmark table row states (model, sequence, GPUs, micro and global batch,
+    precision, mixed-precision mode, activation checkpointing, FSDP FULL_SHARD) and the
+    benchmark script of the commit that added these rows; the rest is the ``llm-foundry``
+    profile."""
+    m, hw, batch, measured, par = r["model"], r["hardware"], r["batch"], r["measured"], r["parallelism"]
     gpus = hw["gpus_total"]
     full = str(r.get("recompute") or "none").startswith("full")
     model = {
@@ -172,46 +206,66 @@ def _llm_foundry(r: dict[str, Any]) -> Record:
         "mlp": "gelu", "norm": "layernorm", "position_embedding": "learned",
         "tied_embeddings": True, "bias": False, "dropout": False,
     }
+    training: dict[str, Any] = {
+        "micro_batch": batch["micro_batch"], "global_batch": batch["global_batch"], "precision": "bf16",
+        "recompute": "full" if full else "none", "flash_attention_version": "triton",
+    }
+    if par.get("mp_mode") == "DEFAULT":
+        training["grad_reduce_dtype"] = "fp32"
     scenario = {
         "name": f"{m['name']} seq {m['seq_len']} on {gpus} A100-80GB (LLM Foundry)",
+        "framework": "llm-foundry",
         "model": model,
         "cluster": {"node": "dgx-a100", "nodes": max(1, gpus // 8)},
-        "parallelism": {"sharding": "fsdp"},
-        "training": {"micro_batch": batch["micro_batch"], "global_batch": batch["global_batch"], "precision": "bf16",
-                     "recompute": "full" if full else "none", "flash_attention": True, "flash_attention_version": "triton"},
+        "training": training,
     }
     tokens = batch["global_batch"] * m["seq_len"]
     return Record(
         id=r["id"], source="llm-foundry", citation=r["source"]["citation"], scenario=scenario,
         measured_step_s=tokens / measured["tokens_per_s"], measured_metric=f"{measured['tokens_per_s']} tokens/s",
         gpus=gpus,
+        stated=["model, sequence, GPUs, micro-batch, global batch, amp_bf16, FSDP FULL_SHARD, activation "
+                "checkpointing (table row)",
+                "mixed-precision mode DEFAULT: gradients reduced in fp32 (mosaicml/composer@"
+                "6405188805a0054b4551ec49e4919c54c971d0e8 composer/utils/parallelism.py: DEFAULT = bf16 parameters, "
+                "fp32 reduction)" if par.get("mp_mode") == "DEFAULT" else "mixed-precision mode PURE",
+                f"attention: the Triton FlashAttention kernel: {LLM_FOUNDRY_BENCH} (the commit that added these "
+                "A100 rows) scripts/train/benchmarking/submit_benchmarks.py:144 (--attn_impl default 'triton')"],
         assumptions=[
-            "MosaicML platform: 8 x A100-80GB SXM nodes (DGX A100 layout), 8 x 200 Gb/s RoCE = 1600 Gb/s per node",
-            "MPT as benchmarked: learned position embeddings (the README's NumParams grow with the sequence "
-            "length by seq x d_model), no biases, no dropout, tied embeddings, GELU MLP",
-            "attention: the Triton FlashAttention kernel (attn_config.attn_impl: triton in LLM Foundry's pretrain "
-            "yamls of 2023, which the benchmarks are based on), 1.3-2.5x slower than FlashAttention-2 (Dao 2023 §4.1)",
-            "FSDP FULL_SHARD, bf16 mixed precision, LLM Foundry defaults (limit_all_gathers, BACKWARD_PRE), "
-            "gradients reduce-scattered every micro-step (no no_sync)",
+            "MosaicML platform (record: A100-80GB, 1600 Gb/s RoCE between nodes): dtsim's dgx-a100 node "
+            "(8 x 200 Gb/s)",
+            "MPT architecture (llmfoundry/models/mpt/configuration_mpt.py defaults): learned positions (the table's "
+            "NumParams grow with seq x d_model), no biases, no dropout, tied embeddings, GELU MLP",
         ],
     )
 
 
-SOURCES = {"megatron_sc21": _megatron_sc21, "mcore_h100": _megatron_core, "llmfoundry_a100": _llm_foundry}
+SOURCES: dict[str, Callable[[dict[str, Any]], Record | str]] = {
+    "megatron_sc21": _megatron_sc21, "mcore_h100": _megatron_core, "llmfoundry_a100": _llm_foundry,
+}
+
+
+def _mapped() -> tuple[list[Record], dict[str, str]]:
+    """The records every source mapper can simulate, and {id: why not} for the others."""
+    records: list[Record] = []
+    skipped: dict[str, str] = {}
+    for r in _data()["training_records"]:
+        mapper = next((f for prefix, f in SOURCES.items() if r["id"].startswith(prefix)), None)
+        out = mapper(r) if mapper else "no mapper for this source yet"
+        if isinstance(out, str):
+            skipped[r["id"]] = out
+        else:
+            records.append(out)
+    return records, skipped
 
 
 def load_records() -> list[Record]:
-    out = []
-    for r in _data()["training_records"]:
-        for prefix, mapper in SOURCES.items():
-            if r["id"].startswith(prefix):
-                out.append(mapper(r))
-    return out
+    return _mapped()[0]
 
 
-def unmapped_records() -> list[str]:
-    """Ids of the public set's training records that no source mapper handles yet."""
-    return [r["id"] for r in _data()["training_records"] if not any(r["id"].startswith(p) for p in SOURCES)]
+def unmapped_records() -> dict[str, str]:
+    """The public set's training records that are not simulated: {id: the reason}."""
+    return _mapped()[1]
 
 
 def unmapped_summary() -> str:
@@ -219,12 +273,12 @@ def unmapped_summary() -> str:
     ids = unmapped_records()
     if not ids:
         return ""
-    groups: dict[str, int] = {}
-    for record_id in ids:
-        prefix = "_".join(record_id.split("_")[:2])
-        groups[prefix] = groups.get(prefix, 0) + 1
-    listed = ", ".join(f"{prefix}_* ({n})" for prefix, n in sorted(groups.items()))
-    return f"{len(ids)} training records of the public set are not mapped to scenarios yet: {listed}."
+    groups: dict[tuple[str, str], int] = {}
+    for record_id, reason in ids.items():
+        key = ("_".join(record_id.split("_")[:2]), reason)
+        groups[key] = groups.get(key, 0) + 1
+    listed = "; ".join(f"{prefix}_* ({n}): {reason}" for (prefix, reason), n in sorted(groups.items()))
+    return f"{len(ids)} training records of the public set are not simulated: {listed}."
 
 
 def load_comm_records() -> list[CommRecord]:

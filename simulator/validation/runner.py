@@ -28,10 +28,17 @@ class RecordResult:
     mfu: float
     oom: bool
     breakdown: dict[str, float]
+    peak_memory_bytes: float = 0.0
 
     @property
     def error(self) -> float:
         return self.predicted_step_s / self.record.measured_step_s - 1
+
+    @property
+    def memory_error(self) -> float | None:
+        """Predicted / published peak memory - 1, where the source publishes it."""
+        measured = self.record.measured_peak_memory_bytes
+        return None if not measured else self.peak_memory_bytes / measured - 1
 
 
 @dataclass
@@ -60,10 +67,19 @@ class Validation:
     def mape(errors: list[float]) -> float:
         return statistics.fmean(abs(e) for e in errors) if errors else 0.0
 
+    @classmethod
+    def _memory_stats(cls, rs: list[RecordResult]) -> dict[str, Any]:
+        errors = [e for e in (r.memory_error for r in rs) if e is not None]
+        if not errors:
+            return {}
+        return {"memory_records": len(errors), "memory_mape": cls.mape(errors),
+                "memory_max_abs_error": max(abs(e) for e in errors)}
+
     def summary(self) -> dict[str, Any]:
         per_source = {
             source: {"records": len(rs), "mape": self.mape([r.error for r in rs]),
-                     "max_abs_error": max(abs(r.error) for r in rs), "mean_error": statistics.fmean(r.error for r in rs)}
+                     "max_abs_error": max(abs(r.error) for r in rs), "mean_error": statistics.fmean(r.error for r in rs),
+                     "false_oom": sum(r.oom for r in rs), **self._memory_stats(rs)}
             for source, rs in sorted(self.by_source().items())
         }
         errors = [r.error for r in self.records]
@@ -71,7 +87,8 @@ class Validation:
         return {
             "per_source": per_source,
             "overall": {"records": len(errors), "mape": self.mape(errors),
-                        "max_abs_error": max((abs(e) for e in errors), default=0.0)},
+                        "max_abs_error": max((abs(e) for e in errors), default=0.0),
+                        "false_oom": sum(r.oom for r in self.records), **self._memory_stats(self.records)},
             "collectives": {"points": len(comm), "mape": self.mape(comm),
                             "max_abs_error": max((abs(e) for e in comm), default=0.0),
                             "min_bytes": COMM_MIN_BYTES},
@@ -85,7 +102,7 @@ def validate_record(record: Record) -> RecordResult:
     b = result.breakdown
     breakdown = {"compute": b.compute_s, "bubble": b.bubble_s, "idle": b.idle_s,
                  **{f"exposed {k}": v for k, v in b.exposed_comm_s.items()}}
-    return RecordResult(record, result.step_time_s, result.mfu, result.oom, breakdown)
+    return RecordResult(record, result.step_time_s, result.mfu, result.oom, breakdown, result.peak_memory_bytes)
 
 
 def validate_comm(record: CommRecord) -> CommResult:
