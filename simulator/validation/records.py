@@ -18,10 +18,10 @@ metric into a step time with that source's FLOP convention:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from simulator.costs.flops import megatron_flops_per_iteration
