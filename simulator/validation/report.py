@@ -4,7 +4,9 @@ figure (a static SVG for the page, and the interactive plotly version beside it)
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from simulator import __version__
 from simulator.validation.records import unmapped_summary
@@ -14,7 +16,7 @@ __all__ = ["write_markdown", "scatter_svg"]
 
 SOURCE_NAMES = {
     "megatron-sc21": "Megatron-LM SC'21 Table 1 (A100, Selene)",
-    "megatron-core": "Megatron-Core r0.8.0 (H100, Eos)",
+    "megatron-core": "Megatron-Core r0.8.0 (H100)",
     "llm-foundry": "MosaicML LLM Foundry (A100-80GB, FSDP)",
 }
 COLOURS = {"megatron-sc21": "#1f77b4", "megatron-core": "#d62728", "llm-foundry": "#2ca02c"}
@@ -29,6 +31,21 @@ def _size(nbytes: float) -> str:
         if nbytes >= factor:
             return f"{nbytes / factor:g} {unit}"
     return f"{nbytes:g} B"
+
+
+def _memory_cell(row: dict[str, Any]) -> str:
+    if "memory_records" not in row:
+        return "not published"
+    return f"{100 * float(row['memory_mape']):.1f}% mean, {100 * float(row['memory_max_abs_error']):.1f}% worst " \
+           f"({row['memory_records']} records)"
+
+
+def _unique(lines: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        if line not in out:
+            out.append(line)
+    return out
 
 
 def scatter_svg(validation: Validation, *, width: int = 560, height: int = 460) -> str:
@@ -97,15 +114,19 @@ def write_markdown(validation: Validation, directory: Path, *, html: bool = True
         "",
         "## Summary",
         "",
-        "| source | records | mean abs. error | worst record | mean signed error |",
-        "|---|---:|---:|---:|---:|",
+        "| source | records | mean abs. error | worst record | mean signed error | false OOM | peak memory error |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for source, row in s["per_source"].items():
         lines.append(f"| {SOURCE_NAMES.get(source, source)} | {row['records']} | {100 * row['mape']:.1f}% | "
-                     f"{100 * row['max_abs_error']:.1f}% | {_pct(row['mean_error'])} |")
+                     f"{100 * row['max_abs_error']:.1f}% | {_pct(row['mean_error'])} | {row['false_oom']} | "
+                     f"{_memory_cell(row)} |")
     o = s["overall"]
     lines.append(f"| **all training runs** | {o['records']} | **{100 * o['mape']:.1f}%** | "
-                 f"{100 * o['max_abs_error']:.1f}% | |")
+                 f"{100 * o['max_abs_error']:.1f}% | | {o['false_oom']} | {_memory_cell(o)} |")
+    lines += ["", "Every record is described only by what its source states and by its framework's profile "
+              "(`topologies/frameworks/`); everything else is dtsim's default. A false OOM is a run that really "
+              "trained but is predicted not to fit."]
     unmapped = unmapped_summary()
     if unmapped:
         lines += ["", unmapped]
@@ -124,13 +145,15 @@ def write_markdown(validation: Validation, directory: Path, *, html: bool = True
     for comm in validation.comm:
         lines.append(f"| {_size(comm.record.nbytes)} | {1e6 * comm.record.measured_s:,.1f} | "
                      f"{1e6 * comm.predicted_s:,.1f} | {_pct(comm.error)} | {comm.algorithm} |")
-    lines += ["", "## Assumptions where the records are silent", ""]
-    seen: set[tuple[str, str]] = set()
-    for r in validation.records:
-        for assumption in r.record.assumptions:
-            if (r.record.source, assumption) not in seen:
-                seen.add((r.record.source, assumption))
-                lines.append(f"- {SOURCE_NAMES.get(r.record.source, r.record.source)}: {assumption}")
+    lines += ["", "## What each source states, and what the mapping adds", ""]
+    for source, rs in sorted(validation.by_source().items()):
+        framework = rs[0].record.scenario.get("framework", "generic")
+        lines += [f"### {SOURCE_NAMES.get(source, source)}", "",
+                  f"Framework profile: `{framework}` (`topologies/frameworks/{framework}.yaml`).", "", "Stated:", ""]
+        lines += _unique(f"- {fact}" for r in rs for fact in r.record.stated)
+        lines += ["", "Mapped from the record's hardware or model, or required by a stated setting:", ""]
+        lines += _unique(f"- {a}" for r in rs for a in r.record.assumptions)
+        lines.append("")
     lines += ["", "## What was fitted, and what resists", "", *MODEL_NOTES]
     path = directory / "validation.md"
     path.write_text("\n".join(lines) + "\n")
