@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,7 +18,7 @@ def validate(
     json_path: Annotated[Path | None, typer.Option("--json", help="write every record's result as JSON")] = None,
     docs: Annotated[Path, typer.Option("--docs", help="folder for validation.md / .svg / .html")] = Path("docs"),
     source: Annotated[list[str] | None, typer.Option("--source", help="only these sources (megatron-sc21, "
-                                                     "megatron-core, llm-foundry)")] = None,
+                                                     "megatron-core, llm-foundry, torchtitan)")] = None,
     no_docs: Annotated[bool, typer.Option("--no-docs", help="do not write docs/validation.md")] = False,
 ) -> None:
     """Simulate every published training run and nccl-tests point; print and document the errors."""
@@ -34,25 +34,35 @@ def validate(
         task = progress.add_task("simulating published runs", total=total)
         result = run_validation(sources=sources, progress=lambda _id: progress.advance(task))
     table = Table(title="predicted vs measured step time", title_justify="left")
-    for col in ("record", "GPUs", "measured (s)", "predicted (s)", "error"):
+    for col in ("record", "GPUs", "measured (s)", "predicted (s)", "error", "peak memory"):
         table.add_column(col, justify="left" if col == "record" else "right")
     for r in result.records:
         colour = "green" if abs(r.error) <= 0.10 else "yellow" if abs(r.error) <= 0.25 else "red"
+        peak = f"{r.peak_memory_bytes / 2**30:.1f} GiB"
+        if r.memory_error is not None:
+            peak += f" ({100 * r.memory_error:+.1f}%)"
+        if r.oom:
+            peak += " [red]FALSE OOM[/]"
         table.add_row(r.record.id, str(r.record.gpus), f"{r.record.measured_step_s:.3f}",
-                      f"{r.predicted_step_s:.3f}", f"[{colour}]{100 * r.error:+.1f}%[/]")
+                      f"{r.predicted_step_s:.3f}", f"[{colour}]{100 * r.error:+.1f}%[/]", peak)
     console.print(table)
     summary = result.summary()
     per = Table(title="mean absolute percentage error", title_justify="left")
-    for col in ("source", "records", "MAPE", "worst"):
+    for col in ("source", "records", "MAPE", "worst", "false OOM", "peak memory MAPE"):
         per.add_column(col, justify="left" if col == "source" else "right")
+
+    def memory(row: dict[str, Any]) -> str:
+        return f"{100 * row['memory_mape']:.1f}% ({row['memory_records']})" if "memory_mape" in row else "-"
+
     for name, row in summary["per_source"].items():
         per.add_row(SOURCE_NAMES.get(name, name), str(row["records"]), f"{100 * row['mape']:.1f}%",
-                    f"{100 * row['max_abs_error']:.1f}%")
+                    f"{100 * row['max_abs_error']:.1f}%", str(row["false_oom"]), memory(row))
     o = summary["overall"]
-    per.add_row("[bold]all[/]", str(o["records"]), f"[bold]{100 * o['mape']:.1f}%[/]", f"{100 * o['max_abs_error']:.1f}%")
+    per.add_row("[bold]all[/]", str(o["records"]), f"[bold]{100 * o['mape']:.1f}%[/]", f"{100 * o['max_abs_error']:.1f}%",
+                str(o["false_oom"]), memory(o))
     c = summary["collectives"]
     per.add_row("nccl-tests all-reduce >= 1 MiB", str(c["points"]), f"{100 * c['mape']:.1f}%",
-                f"{100 * c['max_abs_error']:.1f}%")
+                f"{100 * c['max_abs_error']:.1f}%", "", "")
     console.print(per)
     from simulator.validation.records import unmapped_summary
 
@@ -62,7 +72,12 @@ def validate(
         data = {"summary": summary,
                 "records": [{"id": r.record.id, "source": r.record.source, "gpus": r.record.gpus,
                              "measured_step_s": r.record.measured_step_s, "predicted_step_s": r.predicted_step_s,
-                             "error": r.error, "mfu": r.mfu, "breakdown": r.breakdown} for r in result.records],
+                             "error": r.error, "mfu": r.mfu, "oom": r.oom,
+                             "peak_memory_bytes": r.peak_memory_bytes,
+                             "measured_peak_memory_bytes": r.record.measured_peak_memory_bytes,
+                             "memory_error": r.memory_error, "stated": r.record.stated,
+                             "mapping_assumptions": r.record.assumptions, "breakdown": r.breakdown}
+                            for r in result.records],
                 "collectives": [{"id": c.record.id, "bytes": c.record.nbytes, "measured_s": c.record.measured_s,
                                  "predicted_s": c.predicted_s, "error": c.error, "algorithm": c.algorithm}
                                 for c in result.comm]}
