@@ -1,9 +1,10 @@
 """``dtsim import``: write a scenario YAML from a framework's own configuration.
 
-Three sub-commands of ``dtsim import`` (shared/CONTRACT.md):
+Four sub-commands of ``dtsim import`` (shared/CONTRACT.md):
 ``megatron --node NODE --nodes N [--out FILE] -- <pretrain_gpt.py arguments>``,
-``torchtitan JOB.toml --node NODE --nodes N [--out FILE]`` and
-``deepspeed DS_CONFIG.json --model HF_CONFIG.json --node NODE --nodes N [--out FILE]``.
+``torchtitan JOB.toml --node NODE --nodes N [--out FILE]``,
+``deepspeed DS_CONFIG.json --model HF_CONFIG.json --node NODE --nodes N [--out FILE]`` and
+``nemo CONFIG.yaml --node NODE --nodes N [--out FILE]``.
 The mapping lives in :mod:`simulator.importers`; this module reads files, checks that the
 written scenario validates, and prints or writes it. Contradictions and bad files exit 2.
 """
@@ -22,7 +23,7 @@ __all__ = ["import_app"]
 import_app = typer.Typer(
     name="import", no_args_is_help=True, add_completion=False,
     help="Write a scenario from a framework's config: megatron (pretrain_gpt.py arguments), torchtitan (job "
-         "TOML), deepspeed (ds_config.json + HF config.json). Unused inputs are listed in the file's header.")
+         "TOML), deepspeed (ds_config.json + HF config.json), nemo (Megatron GPT training YAML). Unused inputs are listed in the file's header.")
 
 Node = Annotated[str, typer.Option("--node", help="node type (e.g. dgx-a100) or a node YAML file")]
 Nodes = Annotated[int, typer.Option("--nodes", min=1, help="number of nodes")]
@@ -107,3 +108,22 @@ def deepspeed(
     ds_text, hf_text = _read(config, "DeepSpeed config"), _read(model, "model config")
     _emit(lambda: import_deepspeed(ds_text, hf_text, ds_source=str(config), hf_source=str(model), cluster=cluster,
                                    world=world, where=where, seq_len=seq_len), out)
+
+
+@import_app.command()
+def nemo(
+    config: Annotated[Path, typer.Argument(help="NeMo Megatron GPT training YAML (megatron_gpt_config.yaml format, "
+                                           "or a NeMo-Framework-Launcher conf/training file)")],
+    node: Node,
+    nodes: Nodes,
+    vocab_size: Annotated[int | None, typer.Option("--vocab-size", min=1, help="the tokenizer's vocabulary before "
+                                                   "padding (needed unless the file names GPT-2 BPE or Llama 3)")] = None,
+    out: Out = None,
+) -> None:
+    """NeMo Megatron GPT training YAML -> scenario (TP/PP/CP/SP, distributed optimizer, recomputation, fp8)."""
+    from simulator.importers import import_nemo
+
+    cluster, world, where = _cluster(node, nodes)
+    text = _read(config, "NeMo training config")
+    _emit(lambda: import_nemo(text, source=str(config), cluster=cluster, world=world, where=where,
+                              vocab_size=vocab_size), out)
