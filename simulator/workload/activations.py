@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.costs.fp8 import Fp8Casting
 from simulator.costs.memory import (
     backward_workspace_bytes,
     embedding_activation_bytes,
@@ -18,7 +19,30 @@ from simulator.costs.memory import (
 from simulator.scenario.spec import Scenario
 from simulator.workload.model import Shard
 
-__all__ = ["ActivationSizes", "shard_of"]
+__all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards"]
+
+# the shardings whose parameters are all-gathered from shards (FSDP, ZeRO-3, MiCS, and the
+# ZeRO-1/2 parameter all-gather after the optimizer step): an fp8 all-gather casts on the shard
+_GATHERED = ("zero1", "zero2", "zero3", "fsdp", "hsdp", "mics")
+
+
+def fp8_weight_shards(scenario: Scenario) -> int:
+    """Ranks a weight is sharded over when it is all-gathered in fp8 (1: cast whole)."""
+    par = scenario.parallelism
+    if scenario.training.fp8.all_gather != "fp8" or par.sharding not in _GATHERED:
+        return 1
+    return par.shard_group_size or scenario.dp
+
+
+def fp8_casting(scenario: Scenario) -> Fp8Casting | None:
+    """How the scenario's fp8 GEMMs cast (None unless ``precision: fp8``)."""
+    train = scenario.training
+    if train.precision != "fp8":
+        return None
+    te = train.fp8.gemms == "transformer-engine"
+    return Fp8Casting(recipe=train.fp8.recipe, cached_weights=te, micro_batches=scenario.micro_batches,
+                      weight_shards=fp8_weight_shards(scenario), fused_norm_input=te,
+                      output_head=train.fp8.output_head)
 
 
 def shard_of(scenario: Scenario) -> Shard:
@@ -26,7 +50,7 @@ def shard_of(scenario: Scenario) -> Shard:
     par, train = scenario.parallelism, scenario.training
     return Shard(batch=train.micro_batch, seq=scenario.model.seq_len, tp=par.tp, cp=par.cp,
                  sequence_parallel=par.sequence_parallel and par.tp > 1, flash=train.flash_attention,
-                 precision=train.precision, flash_version=train.flash_attention_version)
+                 precision=train.precision, flash_version=train.flash_attention_version, fp8=fp8_casting(scenario))
 
 
 @dataclass(frozen=True)
