@@ -36,7 +36,7 @@ from simulator.costs.memory import model_state_bytes_per_param
 from simulator.scenario import Scenario
 from simulator.workload.activations import ActivationSizes
 from simulator.workload.builder import CUDA_CONTEXT_BYTES
-from simulator.workload.data_parallel import Strategy, Zero3, param_bytes, strategy_for
+from simulator.workload.data_parallel import Strategy, Zero3, strategy_for
 from simulator.workload.layout import Chunk, ModelLayout
 
 __all__ = ["MemoryEstimate", "estimate_peak_memory", "in_flight_chunks"]
@@ -115,4 +115,5 @@ def _gathered_block_bytes(scenario: Scenario, strategy: Strategy[Any], stage: in
     HSDP, MiCS with more than one shard rank; 0 for the other strategies)."""
     if not isinstance(strategy, Zero3) or strategy.shard_ranks == 1 or not chunk.layers:
         return 0.0
-    return strategy.gathered_numel(stage, chunk.layers[-1] + 1) * param_bytes(scenario)
+    unit = chunk.layers[-1] + 1
+    return strategy.gathered_numel(stage, unit) * strategy.gathered_bytes_per_element(stage, unit)
