@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Fp8Casting", "CastKernel", "cast_kernels", "Role", "Pass", "FP8_BYTES", "HP_BYTES"]
+__all__ = ["Fp8Casting", "CastKernel", "cast_kernels", "weight_cache_bytes", "Role", "Pass", "FP8_BYTES", "HP_BYTES"]
 
 FP8_BYTES = 1.0  # e4m3 / e5m2
 HP_BYTES = 2.0  # the bf16 tensor a cast reads
@@ -97,7 +97,8 @@ class Fp8Casting:
     (torchao); ``micro_batches``: per step, what cached weight casts are spread over;
     ``weight_shards``: > 1 when the weight is cast on its shard before an fp8 all-gather;
     ``fused_norm_input``: the norm before the QKV and MLP-up GEMMs writes their fp8 input
-    (TE ``LayerNormLinear``); ``output_head``: the LM head runs in fp8 too.
+    (TE ``LayerNormLinear``); ``saves_fp8_inputs``: the linears keep their fp8 input for the
+    backward instead of the 16-bit one (TE); ``output_head``: the LM head runs in fp8 too.
     """
 
     recipe: str = "tensorwise"
@@ -105,6 +106,7 @@ class Fp8Casting:
     micro_batches: int = 1
     weight_shards: int = 1
     fused_norm_input: bool = False
+    saves_fp8_inputs: bool = False
     output_head: bool = False
 
     def __post_init__(self) -> None:
@@ -149,3 +151,19 @@ def cast_kernels(casting: Fp8Casting, role: Role, numel: float, phase: Pass, *,
         if p == phase and per_element > 0:
             out.append(CastKernel(f"{name}_{role}", per_element * numel))
     return out
+
+
+def weight_cache_bytes(casting: Fp8Casting) -> float:
+    """Bytes per parameter an fp8 run keeps beside its 16-bit weights for the whole step.
+
+    torchao casts in every forward and backward and keeps nothing: 0 (the fp8 weight is a
+    transient; under an fp8 all-gather the gathered buffer is already counted at 1 byte).
+    Transformer Engine caches the fp8 weight and its transpose for the step: 1 + 1 = 2;
+    with fp8 parameters (Megatron ``--fp8-param-gather``: ``fp8_param``, the shards gathered
+    in fp8) the model's weight itself is fp8, so the 1-byte weight plus its 1-byte transpose
+    take the 2 bytes of the bf16 weight: 2 - 2 = 0. Counted on every parameter (the
+    embedding and norms, a few percent of a large model, have none: an overestimate).
+    """
+    if not casting.cached_weights:
+        return 0.0
+    return 0.0 if casting.weight_shards > 1 else 2.0 * FP8_BYTES
