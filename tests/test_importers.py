@@ -145,6 +145,11 @@ mode = "full" # ["none", "selective", "full"]
 [compile]
 enable=true
 components = ["model", "loss"]
+
+[quantize.linear.float8]
+enable_fsdp_float8_all_gather = true
+precompute_float8_dynamic_scale_for_fsdp = true
+filter_fqns = ["output"]
 """
 
 # microsoft/DeepSpeed@38327e07f6cd39b63418f60cedd1651b0be3e7c3 docs/_tutorials/zero.md, "Training a 10B Parameter
@@ -269,7 +274,11 @@ def test_torchtitan_llama3_405b_fp8(tmp_path: Path) -> None:
     assert (s.training.micro_batch, s.training.global_batch) == (2, 32)
     assert (s.training.precision, s.training.recompute) == ("fp8", "full")
     assert "parallelism.enable_async_tensor_parallel" in imported.ignored
-    assert any("fp8" in n for n in imported.notes) and any("compile" in n for n in imported.notes)
+    # [quantize.linear.float8]: no recipe_name (torchao's tensorwise), fp8 FSDP all-gather, the output head filtered
+    fp8 = s.training.fp8
+    assert (fp8.recipe, fp8.gemms, fp8.all_gather, fp8.output_head) == ("tensorwise", "linears", "fp8", False)
+    assert not any("float8" in path for path in imported.ignored)
+    assert not any("without recipe" in n for n in imported.notes) and any("compile" in n for n in imported.notes)
 
 
 def test_torchtitan_hsdp_and_pipeline(tmp_path: Path) -> None:
@@ -290,7 +299,38 @@ def test_torchtitan_older_keys() -> None:
     sc = imported.scenario
     assert sc["training"]["micro_batch"] == 2 and sc["training"]["global_batch"] == 8  # 2 x dp 4
     assert sc["training"]["precision"] == "fp8" and sc["parallelism"]["cp"] == 2
+    # no float8 options: torchao's tensorwise recipe, bf16 all-gather, the output head converted too
+    assert sc["training"]["fp8"] == {"recipe": "tensorwise", "gemms": "linears", "all_gather": "bf16",
+                                     "output_head": True}
     assert any("parallel_dims.py" in n for n in imported.notes)
+
+
+def test_torchtitan_rowwise_recipe_keeps_bf16_all_gather() -> None:
+    toml = ('[model]\nname = "llama3"\nflavor = "8B"\nconverters = ["float8"]\n[quantize.linear.float8]\n'
+            'recipe_name = "rowwise_with_gw_hp"\nfilter_fqns = ["lm_head", "attention.wk"]\n')
+    imported = import_torchtitan(toml, source="job.toml", **_cluster("dgx-h100", 1, 8))
+    assert imported.scenario["training"]["fp8"] == {"recipe": "rowwise", "gemms": "linears", "all_gather": "bf16",
+                                                    "output_head": False}
+    assert any("rowwise_with_gw_hp" in n for n in imported.notes) and any("attention.wk" in n for n in imported.notes)
+
+
+def test_megatron_fp8_recipe_and_param_gather(tmp_path: Path) -> None:
+    args = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "2048",
+            "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16",
+            "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-param-gather",
+            "--use-distributed-optimizer"]
+    imported = import_megatron(args, **_cluster("dgx-h100", 1, 8))
+    s = _roundtrip(imported, tmp_path)
+    fp8 = s.training.fp8
+    assert s.training.precision == "fp8"
+    assert (fp8.recipe, fp8.gemms, fp8.all_gather, fp8.output_head) == ("tensorwise", "transformer-engine", "fp8", False)
+    assert not any("fp8" in flag for flag in imported.ignored) and not any("without recipe" in n for n in imported.notes)
+    default = import_megatron([a for a in args if a not in ("--fp8-recipe", "tensorwise", "--fp8-param-gather")],
+                              **_cluster("dgx-h100", 1, 8))
+    assert default.scenario["training"]["fp8"]["recipe"] == "delayed"  # transformer_config.py:594
+    assert default.scenario["training"]["fp8"]["all_gather"] == "bf16"
+    with pytest.raises(simulator.ScenarioError, match="custom"):
+        import_megatron([*args, "--fp8-recipe", "custom"], **_cluster("dgx-h100", 1, 8))
 
 
 def test_deepspeed_zero2_tutorial(tmp_path: Path) -> None:

@@ -43,18 +43,20 @@ class ModelStateBytes:
         return self.params + self.grads + self.optimizer
 
 
-def model_state_bytes_per_param(precision: str, optimizer: str = "adam") -> ModelStateBytes:
+def model_state_bytes_per_param(precision: str, optimizer: str = "adam", fp8_cache_bytes: float = 0.0
+                                ) -> ModelStateBytes:
     """ZeRO accounting: 16-bit training keeps 2+2 bytes on the model plus fp32 optimizer states.
 
     fp32/tf32: 4-byte parameters and gradients, Adam's two fp32 moments (8): 16 in all.
     fp16/bf16: 2 + 2 + 12 (fp32 master, momentum, variance) = 16 (ZeRO §3.1, K = 12).
-    fp8 (Transformer Engine): bf16 parameters plus a cached fp8 copy of the weights (3),
-    bf16 gradients (2), fp32 master + moments (12).
+    fp8: bf16 parameters plus ``fp8_cache_bytes`` per parameter of fp8 weight copies kept for
+    the step (the recipe's, :func:`simulator.costs.fp8.weight_cache_bytes`), bf16 gradients,
+    fp32 master + moments.
     SGD with momentum drops the variance: K = 8 mixed precision, 4 in fp32.
     """
     if precision in ("fp32", "tf32"):
         return ModelStateBytes(4.0, 4.0, 8.0 if optimizer == "adam" else 4.0)
-    params = 3.0 if precision == "fp8" else 2.0
+    params = 2.0 + (fp8_cache_bytes if precision == "fp8" else 0.0)
     return ModelStateBytes(params, 2.0, 12.0 if optimizer == "adam" else 8.0)
 
 
@@ -88,6 +90,7 @@ def layer_activation_bytes(
     flash_attention: bool = False,
     dropout: bool = True,
     act_bytes: int = 2,
+    fp8_inputs: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
 
@@ -102,6 +105,14 @@ def layer_activation_bytes(
     FlashAttention never stores the ``a*s*s`` score/softmax/dropout tensors (Dao et al.
     2022) but keeps the fp32 log-sum-exp, ``4*b*a*s/t`` bytes. Context parallelism keeps
     s/cp tokens per rank.
+
+    ``fp8_inputs`` (Transformer Engine fp8 linears, assumed: TE keeps the fp8 copy of a
+    linear's input it cast for the forward, for the weight gradient): the two norm outputs
+    and the MLP product feeding fc2 are kept in 1 byte instead of ``act_bytes``; the
+    attention output stays (the attention backward needs it) and proj's 1-byte input copy is
+    kept beside it. torchao's ``Float8Linear`` saves its high-precision input
+    (``ctx.save_for_backward(input_hp, weight_hp_t)``, torchao/float8/float8_linear.py:45 at
+    pytorch/ao@36027d82) and changes nothing here.
     """
     s = seq / cp
     e = float(act_bytes)
@@ -112,14 +123,15 @@ def layer_activation_bytes(
     shard_rep = float(tp) if sequence_parallel else 1.0  # replicated parts split only with SP
     if recompute == "full":
         return e * sbh / shard_rep
+    g = 1.0 if fp8_inputs else e  # bytes of a kept linear input (norm outputs, fc2's input)
     # replicated across tp unless sequence parallel: LN inputs and outputs, dropout masks
-    replicated = (e + e + mask + e + e + mask) * sbh
-    # split across tp: Q, K, V, attention output, MLP intermediates
-    split = e * sbh + 2 * e * s * batch * kv_width + e * sbh
+    replicated = (e + g + mask + e + g + mask) * sbh
+    # split across tp: Q, K, V, attention output (and proj's fp8 input), MLP intermediates
+    split = e * sbh + 2 * e * s * batch * kv_width + e * sbh + (sbh if fp8_inputs else 0.0)
     if mlp == "swiglu":
-        split += 3 * e * s * batch * ffn_hidden
+        split += (2 * e + g) * s * batch * ffn_hidden
     else:
-        split += 2 * e * s * batch * ffn_hidden
+        split += (e + g) * s * batch * ffn_hidden
     core = 0.0
     if recompute != "selective":
         if flash_attention:

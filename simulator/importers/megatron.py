@@ -33,7 +33,10 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22):
   arguments.py:702-703). ``--recompute-activations`` means selective recomputation
   (arguments.py:606-607); ``--recompute-granularity`` full | selective (transformer_config.py:532).
 - Precision: ``--fp16`` / ``--bf16`` (model_parallel_config.py:177, 180), ``--fp8-format``
-  e4m3 | hybrid (transformer_config.py:587); none of them: fp32.
+  e4m3 | hybrid (transformer_config.py:587); none of them: fp32. An fp8 run's ``training.fp8``:
+  ``--fp8-recipe`` (transformer_config.py:594, default delayed; ``custom`` is refused),
+  ``--fp8-param-gather`` (arguments.py:2016: ``all_gather: fp8``), TE linears
+  (``gemms: transformer-engine``), the LM head bf16.
 - Legacy Megatron-LM: ``--use-legacy-models`` selected the pre-Megatron-Core GPT model until
   it was removed (commit 39ec5ebeb4 "remove legacy GPT code"); ``--checkpoint-activations``,
   ``--model-parallel-size`` and ``--batch-size`` are the 2020-2021 names arguments.py:592-605
@@ -90,6 +93,8 @@ def _parser() -> _Parser:
     p.add_argument("--position-embedding-type", default="learned_absolute",
                    choices=["learned_absolute", "rope", "yarn", "mrope", "relative", "none"])
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"], default=None)
+    p.add_argument("--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"], default="delayed")
+    p.add_argument("--fp8-param-gather", action="store_true")
     p.add_argument("--recompute-granularity", choices=["full", "selective"], default=None)
     p.add_argument("--recompute-method", choices=["uniform", "block"], default=None)
     return p
@@ -204,7 +209,14 @@ def _training(a: argparse.Namespace) -> dict[str, Any]:
                                             else "none")
     if a.checkpoint_activations and not a.recompute_granularity:
         recompute = "full"  # the 2020-2021 flag checkpointed every layer's input
-    return {"precision": precision, "recompute": recompute}
+    out: dict[str, Any] = {"precision": precision, "recompute": recompute}
+    if precision == "fp8":
+        if a.fp8_recipe == "custom":
+            raise ScenarioError("--fp8-recipe custom: a custom quantizer factory cannot be costed; use one of "
+                                "tensorwise, delayed, mxfp8, blockwise")
+        out["fp8"] = {"recipe": a.fp8_recipe, "gemms": "transformer-engine",
+                      "all_gather": "fp8" if a.fp8_param_gather else "bf16", "output_head": False}
+    return out
 
 
 def import_megatron(argv: list[str], *, cluster: dict[str, Any], world: int, where: str) -> Imported:
@@ -238,8 +250,6 @@ def import_megatron(argv: list[str], *, cluster: dict[str, Any], world: int, whe
     _, global_batch = check_layout(lay)
     if gb is None:
         notes.append(f"no --global-batch-size: micro-batch * dp = {global_batch} (arguments.py:702-703)")
-    if train["precision"] == "fp8":
-        notes.append(f"--fp8-format {a.fp8_format}: dtsim's fp8 is one switch (precision: fp8), without recipe")
     train.update(micro_batch=micro, global_batch=global_batch)
     scenario = {
         "name": f"Megatron {model['layers']}L-{model['hidden']}h, tp {par['tp']} pp {par['pp']} cp {par['cp']}",

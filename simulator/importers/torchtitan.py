@@ -6,7 +6,11 @@ the next one, 76d5c72e2, moved configs to Python dataclasses), torchtitan/config
 
 - ``[model] name`` / ``flavor`` (llama3 8B / 70B / 405B -> dtsim presets llama3-8b / 70b / 405b);
   ``converters`` (:118) containing ``float8`` turns on float8 linears (older files:
-  ``[float8] enable_float8_linear``).
+  ``[float8] enable_float8_linear``): ``precision: fp8`` with ``training.fp8`` from
+  ``[quantize.linear.float8]`` (``[float8]`` in older files): ``recipe_name`` (unset: torchao's
+  tensorwise; ``rowwise_with_gw_hp`` costed as rowwise), ``enable_fsdp_float8_all_gather``
+  (``all_gather: fp8``), ``filter_fqns`` (``output`` or ``lm_head`` in it keeps the LM head
+  bf16: ``output_head: false``).
 - ``[training] local_batch_size`` (:253, default 8; ``batch_size`` in older files), ``global_batch_size``
   (:256, default -1 = local_batch_size * data-parallel degree, larger = gradient accumulation),
   ``seq_len`` (:261, default 2048), ``mixed_precision_param`` (:282, bfloat16 | float32; in
@@ -38,6 +42,10 @@ _MODELLED = {
     "activation_checkpoint": {"mode"},
     "float8": {"enable_float8_linear"},
 }
+# read only when float8 linears are on
+_FLOAT8_KEYS = {"recipe_name", "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
+                "filter_fqns"}
+_FLOAT8_SECTIONS = ("float8", "quantize.linear.float8")
 
 
 def parse_toml(text: str, source: str) -> dict[str, Any]:
@@ -55,16 +63,15 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
         raise ScenarioError(f"{source}: not valid TOML: {exc}") from None
 
 
-def _ignored(doc: dict[str, Any]) -> list[str]:
+def _ignored(doc: dict[str, Any], fp8: bool) -> list[str]:
     out: list[str] = []
 
     def walk(node: dict[str, Any], prefix: str) -> None:
         for key, value in node.items():
             path = f"{prefix}.{key}" if prefix else key
-            section = path.split(".", 1)[0]
             if isinstance(value, dict):
                 walk(value, path)
-            elif not (prefix == section and key in _MODELLED.get(section, ())):
+            elif not (key in _MODELLED.get(prefix, ()) or (fp8 and prefix in _FLOAT8_SECTIONS and key in _FLOAT8_KEYS)):
                 out.append(path)
 
     walk(doc, "")
@@ -161,8 +168,6 @@ def import_torchtitan(text: str, *, source: str, cluster: dict[str, Any], world:
     fp8 = any("float8" in c for c in converters) or bool(doc.get("float8", {}).get("enable_float8_linear"))
     mpp = train.get("mixed_precision_param", par_sec.get("mixed_precision_param", "bfloat16"))
     precision = "fp8" if fp8 else "fp32" if mpp == "float32" else "bf16"
-    if fp8:
-        notes.append("float8 linears: precision fp8 (dtsim's fp8 is one switch, without recipe or fp8 all-gather)")
     if doc.get("compile", {}).get("enable"):
         notes.append("[compile] enable = true: torch.compile's kernel fusion is not modelled")
     model: Any = preset if seq == 8192 else {"preset": preset, "seq_len": seq}
@@ -171,4 +176,26 @@ def import_torchtitan(text: str, *, source: str, cluster: dict[str, Any], world:
         "parallelism": par,
         "training": {"micro_batch": micro, "global_batch": global_batch, "precision": precision, "recompute": mode},
     }
-    return Imported(scenario=scenario, source=source, ignored=_ignored(doc), notes=notes)
+    if fp8:
+        scenario["training"]["fp8"] = _float8(doc, notes)
+    return Imported(scenario=scenario, source=source, ignored=_ignored(doc, fp8), notes=notes)
+
+
+def _float8(doc: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The ``training.fp8`` block from the float8 section (module docstring)."""
+    sec = doc.get("quantize", {}).get("linear", {}).get("float8") or doc.get("float8", {})
+    recipe = sec.get("recipe_name") or "tensorwise"
+    if recipe == "rowwise_with_gw_hp":
+        notes.append("recipe_name = 'rowwise_with_gw_hp' keeps the weight-gradient GEMM in bf16; dtsim costs it as "
+                     "rowwise (every GEMM of the linear in fp8)")
+        recipe = "rowwise"
+    if recipe not in ("tensorwise", "rowwise"):
+        raise ScenarioError(f"[float8] recipe_name = {recipe!r}: torchao's recipes are tensorwise, rowwise and "
+                            "rowwise_with_gw_hp")
+    filtered = [str(f) for f in sec.get("filter_fqns", [])]
+    head = not any(f in ("output", "lm_head") for f in filtered)
+    others = [f for f in filtered if f not in ("output", "lm_head")]
+    if others:
+        notes.append(f"float8 filter_fqns {others} keep those linears bf16; dtsim runs every block linear in fp8")
+    all_gather = "fp8" if sec.get("enable_fsdp_float8_all_gather") else "bf16"
+    return {"recipe": recipe, "gemms": "linears", "all_gather": all_gather, "output_head": head}

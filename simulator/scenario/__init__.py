@@ -11,6 +11,7 @@ from simulator.scenario.schema import scenario_json_schema
 from simulator.scenario.spec import (
     ClusterSpec,
     FabricSpec,
+    Fp8Spec,
     ModelSpec,
     ParallelismSpec,
     Scenario,
@@ -25,6 +26,7 @@ __all__ = [
     "FabricSpec",
     "ParallelismSpec",
     "TrainingSpec",
+    "Fp8Spec",
     "SimSpec",
     "load_scenario",
     "scenario_from_mapping",

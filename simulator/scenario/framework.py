@@ -12,7 +12,8 @@ the mapping does not give, and records where each profile path got its value
 (:data:`SETTINGS_SOURCE_KEY`: path -> the framework's name, ``"scenario"`` or ``"default"``).
 An option block is applied only when the effective ``sharding`` reads it
 (:data:`~simulator.scenario.parallelism.OPTION_BLOCKS`): a profile's ZeRO options do not
-touch a DDP scenario. The function is idempotent: a mapping that already carries its
+touch a DDP scenario, and the ``training.fp8`` block only when the effective ``precision`` is
+fp8. The function is idempotent: a mapping that already carries its
 sources is returned as it is, so the loader and ``Scenario.model_validate`` agree.
 """
 
@@ -68,16 +69,21 @@ def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _sharding(data: dict[str, Any], profile_values: dict[tuple[str, ...], Any]) -> Any:
-    par = data.get("parallelism")
-    if isinstance(par, dict) and "sharding" in par:
-        return par["sharding"]
-    return profile_values.get(("parallelism", "sharding"), "none")
+def _effective(data: dict[str, Any], profile_values: dict[tuple[str, ...], Any], path: tuple[str, str],
+               default: str) -> Any:
+    section = data.get(path[0])
+    if isinstance(section, dict) and path[1] in section:
+        return section[path[1]]
+    return profile_values.get(path, default)
 
 
-def _read_by_sharding(path: tuple[str, ...], sharding: Any) -> bool:
+def _read(path: tuple[str, ...], sharding: Any, precision: Any) -> bool:
+    """Whether the scenario reads ``path``: an option block only under the sharding that
+    reads it, the fp8 block only when training in fp8."""
     if len(path) >= 3 and path[0] == "parallelism" and path[1] in OPTION_BLOCKS:
         return sharding in OPTION_BLOCKS[path[1]]
+    if len(path) >= 3 and path[:2] == ("training", "fp8"):
+        return precision == "fp8"
     return True
 
 
@@ -95,12 +101,13 @@ def apply_framework(data: dict[str, Any], catalog: Catalog | Callable[[], Catalo
         out[SETTINGS_SOURCE_KEY] = sources  # a wrong name is left to validation, which lists the values
         return out
     values = (catalog if isinstance(catalog, Catalog) else catalog()).framework(name).path_values()
-    sharding = _sharding(data, values)
+    sharding = _effective(data, values, ("parallelism", "sharding"), "none")
+    precision = _effective(data, values, ("training", "precision"), "bf16")
     for path, value in values.items():
         dotted = ".".join(path)
         if _given(data, path):
             sources[dotted] = "scenario"
-        elif _blocked(data, path) or not _read_by_sharding(path, sharding):
+        elif _blocked(data, path) or not _read(path, sharding, precision):
             sources[dotted] = "default"
         else:
             _put(out, path, value)

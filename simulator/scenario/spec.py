@@ -30,6 +30,7 @@ from simulator.catalog import GpuSpec, NodeTypeSpec
 from simulator.errors import InfeasibleError, ScenarioError
 from simulator.fields import Frozen, Precision
 from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
+from simulator.scenario.fp8 import Fp8Spec
 from simulator.scenario.framework import GENERIC, Framework, apply_framework, framework_settings, source_of
 from simulator.scenario.model import ModelSpec
 from simulator.scenario.parallelism import (
@@ -53,6 +54,7 @@ __all__ = [
     "MicsOptions",
     "ParallelismSpec",
     "TrainingSpec",
+    "Fp8Spec",
     "SimSpec",
     "Scenario",
     "Sharding",
@@ -143,6 +145,8 @@ class TrainingSpec(Frozen):
     micro_batch: PositiveInt = Field(1, description="sequences per micro-batch per data-parallel rank (default 1)")
     global_batch: PositiveInt = Field(description="sequences per iteration, all data-parallel ranks together")
     precision: Precision = Field("bf16", description="compute precision; fp16/bf16/fp8 use fp32 master weights")
+    fp8: Fp8Spec = Field(default_factory=Fp8Spec, description="the fp8 recipe, GEMMs and all-gather dtype "
+                         "(read only when precision is fp8)")
     recompute: Recompute = Field("none", description="activation recomputation (Korthikanti et al. 2022)")
     flash_attention: bool = Field(True, description="fused attention that never stores the s x s scores")
     flash_attention_version: Literal[1, 2, 3, "triton"] = Field(
@@ -264,6 +268,9 @@ class Scenario(Frozen):
             raise InfeasibleError(
                 f"{cluster.gpu_spec.full_name} has no {train.precision} tensor cores", field="training.precision"
             )
+        if train.precision == "fp8" and train.fp8.recipe == "mxfp8" and cluster.gpu_spec.architecture != "blackwell":
+            raise InfeasibleError(f"mxfp8 scales blocks in the tensor cores of Blackwell GPUs ({cluster.gpu_spec.full_name} "
+                                  f"is {cluster.gpu_spec.architecture})", field="training.fp8.recipe")
         return self
 
     def _check_pipeline(self) -> None:

@@ -9,16 +9,50 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.costs.fp8 import Fp8Casting, weight_cache_bytes
 from simulator.costs.memory import (
+    ModelStateBytes,
     backward_workspace_bytes,
     embedding_activation_bytes,
     layer_activation_bytes,
     logits_activation_bytes,
+    model_state_bytes_per_param,
 )
 from simulator.scenario.spec import Scenario
 from simulator.workload.model import Shard
 
-__all__ = ["ActivationSizes", "shard_of"]
+__all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards", "state_bytes_per_param"]
+
+# the shardings whose parameters are all-gathered from shards (FSDP, ZeRO-3, MiCS, and the
+# ZeRO-1/2 parameter all-gather after the optimizer step): an fp8 all-gather casts on the shard
+_GATHERED = ("zero1", "zero2", "zero3", "fsdp", "hsdp", "mics")
+
+
+def fp8_weight_shards(scenario: Scenario) -> int:
+    """Ranks a weight is sharded over when it is all-gathered in fp8 (1: cast whole)."""
+    par = scenario.parallelism
+    if scenario.training.fp8.all_gather != "fp8" or par.sharding not in _GATHERED:
+        return 1
+    return par.shard_group_size or scenario.dp
+
+
+def fp8_casting(scenario: Scenario) -> Fp8Casting | None:
+    """How the scenario's fp8 GEMMs cast (None unless ``precision: fp8``)."""
+    train = scenario.training
+    if train.precision != "fp8":
+        return None
+    te = train.fp8.gemms == "transformer-engine"
+    return Fp8Casting(recipe=train.fp8.recipe, cached_weights=te, micro_batches=scenario.micro_batches,
+                      weight_shards=fp8_weight_shards(scenario), fused_norm_input=te, saves_fp8_inputs=te,
+                      output_head=train.fp8.output_head)
+
+
+def state_bytes_per_param(scenario: Scenario) -> ModelStateBytes:
+    """Model-state bytes per parameter, unsharded: precision, optimizer and the fp8 recipe's weight copies."""
+    train = scenario.training
+    casting = fp8_casting(scenario)
+    return model_state_bytes_per_param(train.precision, train.optimizer,
+                                       weight_cache_bytes(casting) if casting is not None else 0.0)
 
 
 def shard_of(scenario: Scenario) -> Shard:
@@ -26,7 +60,7 @@ def shard_of(scenario: Scenario) -> Shard:
     par, train = scenario.parallelism, scenario.training
     return Shard(batch=train.micro_batch, seq=scenario.model.seq_len, tp=par.tp, cp=par.cp,
                  sequence_parallel=par.sequence_parallel and par.tp > 1, flash=train.flash_attention,
-                 precision=train.precision, flash_version=train.flash_attention_version)
+                 precision=train.precision, flash_version=train.flash_attention_version, fp8=fp8_casting(scenario))
 
 
 @dataclass(frozen=True)
@@ -50,7 +84,7 @@ class ActivationSizes:
                 seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads,
                 ffn_hidden=m.ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                 recompute=recompute, flash_attention=train.flash_attention, dropout=m.dropout,
-                act_bytes=shard.elem,
+                act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
             )
 
         full = layer("none")

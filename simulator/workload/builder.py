@@ -17,10 +17,10 @@ from typing import Any
 from simulator.catalog import NcclConstants, default_catalog
 from simulator.cluster.mesh import Mesh, mesh_for
 from simulator.costs.compute import ComputeProfile
-from simulator.costs.memory import model_state_bytes_per_param
 from simulator.ir import Program
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
+from simulator.workload.activations import state_bytes_per_param
 from simulator.workload.data_parallel import Strategy, strategy_for
 from simulator.workload.emitter import Emitter
 from simulator.workload.fusion import CommTime, layer_comm_private
@@ -91,7 +91,7 @@ class Workload:
         """What a rank holds at t = 0, by category: model states, static buffers, context."""
         stage = self.mesh.stage(rank)
         params = self.layout.params_of_stage(stage)
-        per = model_state_bytes_per_param(self.scenario.training.precision, self.scenario.training.optimizer)
+        per = state_bytes_per_param(self.scenario)
         states = self.strategy.model_states(stage, params, per)
         return {"params": states.params, "grads": states.grads, "optimizer": states.optimizer,
                 "buffers": self.strategy.static_buffers(params), "other": CUDA_CONTEXT_BYTES}

@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.cluster.mesh import mesh_for
-from simulator.costs.memory import model_state_bytes_per_param
 from simulator.scenario import Scenario
-from simulator.workload.activations import ActivationSizes
+from simulator.workload.activations import ActivationSizes, state_bytes_per_param
 from simulator.workload.builder import CUDA_CONTEXT_BYTES
-from simulator.workload.data_parallel import Strategy, Zero3, param_bytes, strategy_for
+from simulator.workload.data_parallel import Strategy, Zero3, strategy_for
 from simulator.workload.layout import Chunk, ModelLayout
 
 __all__ = ["MemoryEstimate", "estimate_peak_memory", "in_flight_chunks"]
@@ -78,10 +77,10 @@ def in_flight_chunks(schedule: str, pp: int, stage: int, micro_batches: int, vir
 
 def estimate_peak_memory(scenario: Scenario) -> MemoryEstimate:
     """Lower estimate of the largest per-GPU peak over pipeline stages (module docstring)."""
-    par, train = scenario.parallelism, scenario.training
+    par = scenario.parallelism
     layout = ModelLayout(scenario)
     strategy = strategy_for(scenario, mesh_for(scenario), layout)
-    per_param = model_state_bytes_per_param(train.precision, train.optimizer)
+    per_param = state_bytes_per_param(scenario)
     sizes = ActivationSizes.of(scenario)
     per_layer, workspace, embedding, logits = sizes.per_layer, sizes.backward_workspace, sizes.embedding, sizes.logits
     capacity = scenario.cluster.gpu_spec.memory_bytes
@@ -115,4 +114,5 @@ def _gathered_block_bytes(scenario: Scenario, strategy: Strategy[Any], stage: in
     HSDP, MiCS with more than one shard rank; 0 for the other strategies)."""
     if not isinstance(strategy, Zero3) or strategy.shard_ranks == 1 or not chunk.layers:
         return 0.0
-    return strategy.gathered_numel(stage, chunk.layers[-1] + 1) * param_bytes(scenario)
+    unit = chunk.layers[-1] + 1
+    return strategy.gathered_numel(stage, unit) * strategy.gathered_bytes_per_element(stage, unit)

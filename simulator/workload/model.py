@@ -14,6 +14,12 @@ Forward kernels of a block (Megatron-style, per rank, T = local tokens = b*s/cp)
 Backward: every GEMM twice (input and weight gradients), fused attention 2.5x its forward
 FLOPs (FlashAttention-2's backward runs 5 matrix products to the forward's 2), memory-bound
 kernels twice their forward bytes.
+
+fp8 (``Shard.fp8`` set): the block's four linears (and the LM head if the recipe says so)
+run on the fp8 tensor cores, reading 1-byte operands and writing a 16-bit output; each is
+preceded by the kernels casting its operands (``kind == "cast"``, :mod:`simulator.costs.fp8`),
+and its backward by the casts of its output gradient. Everything else, attention included,
+stays 16-bit.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from simulator.costs import compute as cc
 from simulator.costs.dtypes import activation_bytes
 from simulator.costs.flops import attention_core_flops, gemm_flops
+from simulator.costs.fp8 import FP8_BYTES, CastKernel, Fp8Casting, cast_kernels
 from simulator.scenario.spec import ModelSpec
 
 __all__ = ["Kernel", "Shard", "block_forward", "block_backward", "embedding_forward", "logits_forward",
@@ -49,6 +56,9 @@ class Kernel:
     nbytes: float
     mnk: tuple[float, float, float] | None = None
     section: str = ""  # attn | mlp | embed | logits: where TP collectives sit between sections
+    precision: str = ""  # a GEMM's tensor-core format; "" = the run's precision
+    fp8: Fp8Casting | None = None  # an fp8 GEMM: how its operands are cast (its backward casts its gradient)
+    of: str = ""  # a cast kernel: the GEMM pass it feeds (qkv, qkv.dgrad, ...), which passes keep it with
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,7 @@ class Shard:
     flash: bool = True
     precision: str = "bf16"
     flash_version: int | str = 2
+    fp8: Fp8Casting | None = None  # how the fp8 GEMMs cast (precision fp8 only)
 
     @property
     def tokens(self) -> float:
@@ -79,13 +90,42 @@ class Shard:
         """Bytes per activation element (fp8 runs GEMMs in fp8 but keeps 16-bit activations)."""
         return activation_bytes(self.precision)
 
+    @property
+    def gemm_precision(self) -> str:
+        """Tensor-core format of the GEMMs that do not run in fp8 (bf16 in an fp8 run)."""
+        return "bf16" if self.precision == "fp8" else self.precision
+
 
 def _memory(name: str, nbytes: float, section: str) -> Kernel:
     return Kernel(name, "memory", 0.0, nbytes, None, section)
 
 
-def _gemm(name: str, m: float, n: float, k: float, elem: int, section: str) -> Kernel:
-    return Kernel(name, "gemm", gemm_flops(m, n, k), (m * k + k * n + m * n) * elem, (m, n, k), section)
+def _gemm_bytes(m: float, n: float, k: float, operand_bytes: float, out_bytes: float) -> float:
+    """HBM bytes of [m, k] x [k, n]: both operands read once, the output written once."""
+    return (m * k + k * n) * operand_bytes + m * n * out_bytes
+
+
+def _gemm(name: str, m: float, n: float, k: float, elem: int, section: str, precision: str = "") -> Kernel:
+    return Kernel(name, "gemm", gemm_flops(m, n, k), _gemm_bytes(m, n, k, elem, elem), (m, n, k), section,
+                  precision)
+
+
+def _cast(of: str, cast: CastKernel, section: str) -> Kernel:
+    return Kernel(f"{of}.{cast.name}", "cast", 0.0, cast.nbytes, None, section, of=of)
+
+
+def _linear(name: str, m: float, n: float, k: float, shard: Shard, section: str, *, fused_input: bool = False,
+            head: bool = False) -> list[Kernel]:
+    """A linear layer's forward [m, k] x [k, n]: its GEMM, after its operand casts when it runs
+    in fp8 (``fused_input``: the norm before it writes the fp8 input; ``head``: the LM head)."""
+    casting = shard.fp8
+    if casting is None or (head and not casting.output_head):
+        return [_gemm(name, m, n, k, shard.elem, section, shard.gemm_precision)]
+    casts = [*cast_kernels(casting, "input", m * k, "fwd", fused_read=fused_input),
+             *cast_kernels(casting, "weight", k * n, "fwd")]
+    gemm = Kernel(name, "gemm", gemm_flops(m, n, k), _gemm_bytes(m, n, k, FP8_BYTES, shard.elem), (m, n, k),
+                  section, "fp8", casting)
+    return [*(_cast(name, c, section) for c in casts), gemm]
 
 
 def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool = False) -> list[Kernel]:
@@ -100,6 +140,7 @@ def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool =
     ffn = model.ffn / t
     causal = 0.5 if model.causal else 1.0
     core_flops = attention_core_flops(b, heads, s_q, s_k, d)
+    hp = shard.gemm_precision
     if shard.flash:
         io = (2 * b * s_q * heads * d + 2 * b * s_k * kv * d) * e
         core = [Kernel("attention", "attention", core_flops * causal, io, None, "attn")]
@@ -107,38 +148,58 @@ def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool =
         scores = b * heads * s_q * s_k
         core = [
             Kernel("scores", "gemm", core_flops / 2, (b * s_q * heads * d + b * s_k * kv * d + scores) * e,
-                   (s_q, s_k, d), "attn"),
+                   (s_q, s_k, d), "attn", hp),
             _memory("softmax", scores * e * 2 + (scores if model.dropout else 0.0) * (1 + 2 * e), "attn"),
             Kernel("attn_v", "gemm", core_flops / 2, (scores + b * s_k * kv * d + b * s_q * heads * d) * e,
-                   (s_q, d, s_k), "attn"),
+                   (s_q, d, s_k), "attn", hp),
         ]
     if recompute_core_only:
         return core
     mask = 1.0 if model.dropout else 0.0
     n_up = 2 if model.mlp == "swiglu" else 1
+    fused = shard.fp8 is not None and shard.fp8.fused_norm_input
     kernels = [
         _memory("ln1", Tn * h * e * 2, "attn"),
-        _gemm("qkv", T, (heads + 2 * kv) * d, h, e, "attn"),
+        *_linear("qkv", T, (heads + 2 * kv) * d, h, shard, "attn", fused_input=fused),
         *core,
-        _gemm("proj", T, h, heads * d, e, "attn"),
+        *_linear("proj", T, h, heads * d, shard, "attn"),
         _memory("residual1", Tn * h * (3 * e + mask), "mlp"),
         _memory("ln2", Tn * h * e * 2, "mlp"),
-        _gemm("fc1", T, n_up * ffn, h, e, "mlp"),
+        *_linear("fc1", T, n_up * ffn, h, shard, "mlp", fused_input=fused),
         _memory("act", T * ffn * e * (n_up + 1), "mlp"),
-        _gemm("fc2", T, h, ffn, e, "mlp"),
+        *_linear("fc2", T, h, ffn, shard, "mlp"),
         _memory("residual2", Tn * h * (3 * e + mask), "out"),
     ]
     return kernels
 
 
+def _gemm_backward(k: Kernel) -> list[Kernel]:
+    """dgrad [m, n] x [n, k] and wgrad [k, m] x [m, n] of a forward GEMM [m, k] x [k, n]; an fp8
+    GEMM's preceded by its backward casts (output gradient and weight before dgrad, the input's
+    transposed copy before wgrad)."""
+    assert k.mnk is not None
+    m, n, kk = k.mnk
+    dgrad, wgrad = k.name + ".dgrad", k.name + ".wgrad"
+    if k.fp8 is None:
+        return [Kernel(dgrad, "gemm", k.flops, k.nbytes, (m, kk, n), k.section, k.precision),
+                Kernel(wgrad, "gemm", k.flops, k.nbytes, (kk, n, m), k.section, k.precision)]
+    c, elem = k.fp8, activation_bytes("fp8")  # fp8 operands, 16-bit gradients out
+    before_dgrad = [*cast_kernels(c, "grad_output", m * n, "bwd"), *cast_kernels(c, "weight", kk * n, "bwd")]
+    return [*(_cast(dgrad, x, k.section) for x in before_dgrad),
+            Kernel(dgrad, "gemm", k.flops, _gemm_bytes(m, kk, n, FP8_BYTES, elem), (m, kk, n), k.section, "fp8"),
+            *(_cast(wgrad, x, k.section) for x in cast_kernels(c, "input", m * kk, "bwd")),
+            Kernel(wgrad, "gemm", k.flops, _gemm_bytes(kk, n, m, FP8_BYTES, elem), (kk, n, m), k.section, "fp8")]
+
+
 def backward_of(kernels: list[Kernel]) -> list[Kernel]:
-    """Backward kernels, in execution order (reverse of the forward)."""
+    """Backward kernels, in execution order (reverse of the forward); forward casts have none
+    of their own (their GEMM's backward casts what it needs)."""
     out: list[Kernel] = []
     for k in reversed(kernels):
         if k.kind == "gemm" and k.mnk is not None:
-            m, n, kk = k.mnk
-            out.append(Kernel(k.name + ".dgrad", "gemm", k.flops, k.nbytes, (m, kk, n), k.section))
-            out.append(Kernel(k.name + ".wgrad", "gemm", k.flops, k.nbytes, (kk, n, m), k.section))
+            out += _gemm_backward(k)
+        elif k.kind == "cast":
+            continue
         elif k.kind == "attention":
             out.append(Kernel(k.name + ".bwd", "attention", FLASH_BWD_FLOP_RATIO * k.flops, 2 * k.nbytes, None,
                               k.section))
@@ -166,7 +227,7 @@ def logits_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
     vocab = model.vocab / t
     return [
         _memory("final_ln", Tn * h * e * 2, "logits"),
-        _gemm("logits", T, vocab, h, e, "logits"),
+        *_linear("logits", T, vocab, h, shard, "logits", head=True),
         _memory("cross_entropy", T * vocab * (e + 4 + 4), "loss"),
     ]
 
@@ -189,9 +250,11 @@ def optimizer_kernel(n_params: float, precision: str, optimizer: str) -> Kernel:
 
 
 def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, flash_version: int | str = 2) -> float:
-    """Roofline time of one kernel (GEMMs use the precision's tensor-core peak)."""
+    """Roofline time of one kernel: a GEMM at its own precision's tensor-core peak (the run's
+    ``precision`` if it names none), fused attention 16-bit, casts and the rest memory bound."""
     if kernel.kind == "gemm":
         assert kernel.mnk is not None
+        precision = kernel.precision or precision
         rate = profile.peak(precision) * profile.gemm_efficiency(kernel.flops, precision)
         return cc.roofline_time_s(kernel.flops, kernel.nbytes, rate, profile.memory_bytes_per_s,
                                   profile.launch_overhead_s)

@@ -24,7 +24,7 @@ from simulator.workload.model import (
     logits_forward,
 )
 
-__all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "base_steps", "attention_core"]
+__all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "base_steps", "attention_core", "split_casts"]
 
 Phase = Literal["fwd", "bwd"]
 
@@ -88,6 +88,29 @@ def base_steps(spec: LayerSpec) -> list[Step]:
     fwd = logits_forward(model, shard)
     return [ComputeStep("logits", tuple(fwd))] if spec.phase == "fwd" else [
         ComputeStep("logits.bwd", tuple(backward_of(fwd)))]
+
+
+def split_casts(steps: list[Step]) -> list[Step]:
+    """Each run of fp8 cast kernels in a compute step becomes a step of its own, named after the
+    GEMM pass it feeds (``qkv.fp8_cast``, ``fc2.dgrad.fp8_cast``), so the casts show as tasks and
+    in fused timelines. A step that an overlapped collective runs beside is kept whole (the
+    collective overlaps all of it, as before)."""
+    out: list[Step] = []
+    for i, step in enumerate(steps):
+        beside = i > 0 and isinstance(steps[i - 1], CommStep) and steps[i - 1].overlap  # type: ignore[union-attr]
+        if not isinstance(step, ComputeStep) or beside or all(k.kind != "cast" for k in step.kernels):
+            out.append(step)
+            continue
+        runs: list[list[Kernel]] = []
+        for k in step.kernels:
+            if runs and (runs[-1][0].kind == "cast") == (k.kind == "cast"):
+                runs[-1].append(k)
+            else:
+                runs.append([k])
+        for run in runs:
+            name = f"{run[0].of}.fp8_cast" if run[0].kind == "cast" else step.name
+            out.append(ComputeStep(name, tuple(run)))
+    return out
 
 
 def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_version: int | str) -> list[TimedStep]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from simulator.cluster.mesh import Mesh
 from simulator.scenario.spec import Scenario
-from simulator.workload.data_parallel.base import Strategy, grad_reduce_bytes, param_bytes
+from simulator.workload.data_parallel.base import Strategy, gathered_bytes_per_element, grad_reduce_bytes, param_bytes
 from simulator.workload.data_parallel.buckets import Bucket, Param, assign_buckets
 from simulator.workload.data_parallel.ddp import DDP
 from simulator.workload.data_parallel.fsdp import FSDP
@@ -25,7 +25,7 @@ from simulator.workload.data_parallel.zero3 import Zero3
 from simulator.workload.layout import ModelLayout
 
 __all__ = ["Strategy", "DDP", "BucketedZero", "Zero3", "FSDP", "MiCS", "STRATEGIES", "strategy_for",
-           "register_strategy", "grad_reduce_bytes", "param_bytes", "Param", "Bucket", "assign_buckets"]
+           "register_strategy", "grad_reduce_bytes", "param_bytes", "gathered_bytes_per_element", "Param", "Bucket", "assign_buckets"]
 
 StrategyFactory = Callable[[Scenario, Mesh, ModelLayout], Strategy[Any]]
 

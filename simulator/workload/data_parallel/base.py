@@ -29,13 +29,19 @@ from typing import Generic, TypeVar
 
 from simulator.cluster.mesh import Mesh
 from simulator.costs.dtypes import bytes_per_element, weight_bytes
+from simulator.costs.fp8 import FP8_BYTES
 from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
 from simulator.ir import TaskInfo
 from simulator.scenario.spec import Scenario
+from simulator.workload.data_parallel.buckets import Param
 from simulator.workload.emitter import Collective, RankEmitter
 from simulator.workload.layout import ModelLayout
 
-__all__ = ["Strategy", "grad_reduce_bytes", "param_bytes", "host_memory_bandwidth", "S"]
+__all__ = ["Strategy", "grad_reduce_bytes", "param_bytes", "gathered_bytes_per_element", "host_memory_bandwidth", "S"]
+
+# the parameters (``ModelLayout.chunk_params`` names) of the GEMMs an fp8 run quantizes
+FP8_GEMM_WEIGHTS = (".qkv", ".proj", ".fc1", ".fc2")
+LM_HEAD = "final_norm+output"
 
 S = TypeVar("S")
 
@@ -60,6 +66,21 @@ def grad_reduce_bytes(scenario: Scenario) -> int:
 def param_bytes(scenario: Scenario) -> int:
     """Bytes per parameter element as gathered (16-bit weights; fp32 when training in fp32)."""
     return weight_bytes(scenario.training.precision)
+
+
+def gathered_bytes_per_element(scenario: Scenario, params: list[Param]) -> float:
+    """Mean bytes per element of ``params`` as all-gathered from their shards: :func:`param_bytes`,
+    except the fp8 GEMM weights under ``training.fp8.all_gather: fp8``, 1 byte each (torchtitan
+    ``enable_fsdp_float8_all_gather``, Megatron ``--fp8-param-gather``); norms, embeddings and
+    a 16-bit LM head stay 16-bit."""
+    base = float(param_bytes(scenario))
+    train = scenario.training
+    total = sum(p.numel for p in params)
+    if train.precision != "fp8" or train.fp8.all_gather != "fp8" or total == 0:
+        return base
+    fp8 = sum(p.numel for p in params
+              if p.name.endswith(FP8_GEMM_WEIGHTS) or (p.name == LM_HEAD and train.fp8.output_head))
+    return (base * (total - fp8) + FP8_BYTES * fp8) / total
 
 
 def host_memory_bandwidth(given: float | None, sockets: int) -> float:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
 from simulator.ir import OpName
-from simulator.workload.data_parallel.base import Strategy, grad_reduce_bytes, param_bytes
+from simulator.workload.data_parallel.base import Strategy, gathered_bytes_per_element, grad_reduce_bytes
 from simulator.workload.emitter import Collective, RankEmitter
 
 __all__ = ["BucketedZero", "ZeroState"]
@@ -107,13 +107,16 @@ class BucketedZero(Strategy[ZeroState]):
             buckets.append((units, size))
         return list(reversed(buckets))
 
+    def _gather_elem_bytes(self, stage: int) -> float:
+        return gathered_bytes_per_element(self.scenario, self.layout.stage_params(stage))
+
     def _dispatch_gather(self, emit: RankEmitter[ZeroState], deps: list[int]) -> None:
         state = emit.state
         index = len(state.gathers)
         _, elements = state.gather_buckets[index]
         after = [state.gathers[-1]] if state.gathers else deps
         state.gathers.append(emit.collective(Collective(
-            "zero.param_allgather", "all_gather", self.grad_axis, elements * param_bytes(self.scenario),
+            "zero.param_allgather", "all_gather", self.grad_axis, elements * self._gather_elem_bytes(emit.stage),
             stream="dp", key=("params", index)), after))
 
     def before(self, emit: RankEmitter[ZeroState], unit: int, phase: str, mb: int, deps: list[int]) -> list[int]:
@@ -177,5 +180,5 @@ class BucketedZero(Strategy[ZeroState]):
             bucket = self.scenario.parallelism.zero.allgather_bucket_size
             count = max(1, math.ceil(params / bucket))
             emit.collective(Collective("zero.param_allgather", "all_gather", self.grad_axis,
-                                       params * param_bytes(self.scenario) / count, stream="dp", key="params",
+                                       params * self._gather_elem_bytes(emit.stage) / count, stream="dp", key="params",
                                        count=count), deps)

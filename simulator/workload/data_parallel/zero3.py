@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
 from simulator.ir import MemDelta
-from simulator.workload.data_parallel.base import Strategy, grad_reduce_bytes, param_bytes
+from simulator.workload.data_parallel.base import Strategy, gathered_bytes_per_element, grad_reduce_bytes
 from simulator.workload.emitter import Collective, RankEmitter
 
 __all__ = ["Zero3", "GatherState"]
@@ -136,6 +136,10 @@ class Zero3(Strategy[GatherState]):
 
     # gathering -------------------------------------------------------------------------
 
+    def gathered_bytes_per_element(self, stage: int, unit: int) -> float:
+        """Bytes per element of the unit's gathered parameters (1 for fp8-gathered GEMM weights)."""
+        return gathered_bytes_per_element(self.scenario, self.layout.unit_params(stage, unit))
+
     def _order(self, stage: int, unit: int, phase: str) -> list[int]:
         """Units of the same chunk in execution order for this phase, after ``unit``."""
         for chunk in self.layout.chunks_of_stage(stage):
@@ -146,7 +150,7 @@ class Zero3(Strategy[GatherState]):
         return []
 
     def _gather(self, emit: Emit, unit: int, phase: str, mb: int, elements: float, deps: list[int], tag: str) -> int:
-        nbytes = elements * param_bytes(self.scenario)
+        nbytes = elements * self.gathered_bytes_per_element(emit.stage, unit)
         return emit.collective(Collective(f"{tag}.allgather.u{unit}", "all_gather", self.shard_axis, nbytes,
                                           stream=self.gather_stream, key=(phase, mb, unit, tag),
                                           algorithm=self.gather_algorithm(), mem=(MemDelta(False, nbytes, "buffers"),),
@@ -187,7 +191,7 @@ class Zero3(Strategy[GatherState]):
         state = emit.state
         state.computed[(phase, mb, unit)] = task
         state.compute_seq.append(task)
-        size = self.gathered_numel(emit.stage, unit) * param_bytes(self.scenario)
+        size = self.gathered_numel(emit.stage, unit) * self.gathered_bytes_per_element(emit.stage, unit)
         if self.shard_ranks > 1 and size > 0:
             gathered_now = (phase, mb, unit) in state.gathered
             if phase == "fwd" and gathered_now and self.releases_after_forward(unit):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulator.workload.parallel import context, tensor
-from simulator.workload.steps import LayerSpec, Step, base_steps
+from simulator.workload.steps import LayerSpec, Step, base_steps, split_casts
 
 __all__ = ["LAYER_PASSES", "LayerPass", "layer_steps"]
 
@@ -24,8 +24,8 @@ LAYER_PASSES: dict[str, LayerPass] = {"tp": tensor.place, "cp": context.place}
 
 
 def layer_steps(spec: LayerSpec) -> list[Step]:
-    """One layer's steps after every registered in-layer pass."""
+    """One layer's steps after every registered in-layer pass, fp8 casts split into steps of their own."""
     steps = base_steps(spec)
     for apply in LAYER_PASSES.values():
         steps = apply(spec, steps)
-    return steps
+    return split_casts(steps)

@@ -47,8 +47,9 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
 
 
 def _pick(kernels: list[Kernel], *names: str) -> tuple[Kernel, ...]:
+    """The named kernels in their order, with the fp8 casts feeding them."""
     wanted = set(names)
-    return tuple(k for k in kernels if k.name in wanted)
+    return tuple(k for k in kernels if k.name in wanted or k.of in wanted)
 
 
 def _tensor_bytes(model: ModelSpec, shard: Shard) -> float:
