@@ -40,6 +40,14 @@ def _memory_cell(row: dict[str, Any]) -> str:
            f"({row['memory_records']} records)"
 
 
+def _profile_settings(scenario: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(path, value) of the settings the scenario's framework profile supplied."""
+    from simulator.scenario import Scenario
+
+    sc = Scenario.model_validate(scenario)
+    return [(path, value) for path, value, source in sc.framework_settings() if source == sc.framework]
+
+
 def _unique(lines: Iterable[str]) -> list[str]:
     out: list[str] = []
     for line in lines:
@@ -151,6 +159,8 @@ def write_markdown(validation: Validation, directory: Path, *, html: bool = True
         lines += [f"### {SOURCE_NAMES.get(source, source)}", "",
                   f"Framework profile: `{framework}` (`topologies/frameworks/{framework}.yaml`).", "", "Stated:", ""]
         lines += _unique(f"- {fact}" for r in rs for fact in r.record.stated)
+        lines += ["", f"Set by the `{framework}` profile (where the records say nothing):", ""]
+        lines += _unique(f"- `{path}` = {value}" for r in rs for path, value in _profile_settings(r.record.scenario))
         lines += ["", "Mapped from the record's hardware or model, or required by a stated setting:", ""]
         lines += _unique(f"- {a}" for r in rs for a in r.record.assumptions)
         lines.append("")
