@@ -268,8 +268,9 @@ def test_torchtitan_llama3_405b_fp8(tmp_path: Path) -> None:
     assert s.parallelism.sequence_parallel and s.parallelism.sharding == "fsdp"
     assert (s.training.micro_batch, s.training.global_batch) == (2, 32)
     assert (s.training.precision, s.training.recompute) == ("fp8", "full")
-    assert "parallelism.enable_async_tensor_parallel" in imported.ignored
-    assert any("fp8" in n for n in imported.notes) and any("compile" in n for n in imported.notes)
+    assert s.parallelism.tp_comm_overlap and s.training.compile  # enable_async_tensor_parallel, [compile] enable
+    assert "parallelism.enable_async_tensor_parallel" not in imported.ignored and "compile.enable" not in imported.ignored
+    assert "compile.components" in imported.ignored and any("fp8" in n for n in imported.notes)
 
 
 def test_torchtitan_hsdp_and_pipeline(tmp_path: Path) -> None:
@@ -291,6 +292,18 @@ def test_torchtitan_older_keys() -> None:
     assert sc["training"]["micro_batch"] == 2 and sc["training"]["global_batch"] == 8  # 2 x dp 4
     assert sc["training"]["precision"] == "fp8" and sc["parallelism"]["cp"] == 2
     assert any("parallel_dims.py" in n for n in imported.notes)
+
+
+def test_torchtitan_december_2024_key_locations() -> None:
+    """pytorch/torchtitan@9dec370 files keep tensor_parallel_degree and compile in [training] and
+    the pipeline/context degrees and enable_async_tensor_parallel in [experimental]: 70B on 32
+    GPUs with tp 8 leaves dp = 32 / 8 = 4, global batch = 8 x 4 = 32."""
+    toml = ('[model]\nname = "llama3"\nflavor = "70B"\n[training]\nbatch_size = 8\nseq_len = 8192\n'
+            'tensor_parallel_degree = 8\ncompile = true\n[experimental]\ncontext_parallel_degree = 1\n'
+            'pipeline_parallel_degree = 1\nenable_async_tensor_parallel = true\n')
+    sc = import_torchtitan(toml, source="old.toml", **_cluster("dgx-h100", 4, 8)).scenario
+    assert sc["parallelism"]["tp"] == 8 and sc["parallelism"]["tp_comm_overlap"]
+    assert sc["training"]["compile"] is True and sc["training"]["global_batch"] == 32
 
 
 def test_deepspeed_zero2_tutorial(tmp_path: Path) -> None:
