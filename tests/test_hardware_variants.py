@@ -84,3 +84,19 @@ def test_h100_nvl_memory_shows_in_the_result():
     assert result.gpu_memory_bytes == 95830 * 2**20
     h100 = simulator.simulate(scenario({"node": "g5.12xlarge", "nodes": 1, "gpu": "h100-sxm"}))
     assert h100.gpu_memory_bytes == 81559 * 2**20 < result.gpu_memory_bytes
+
+
+def test_grand_teton_h100_96gb_hbm2e_carries_the_stated_figures():
+    """torchtitan's benchmark doc states 96 GB HBM2e at 2.4 TB/s, 500 W, 8 GPUs on NVLink and
+    400 Gb/s RDMA per GPU; the peak is the middle of the SXM (989.4) and NVL (835.5) dense
+    BF16 peaks the doc bounds it by: (989.4 + 835.5) / 2 = 912.45 TFLOPS; fp8 twice that."""
+    catalog = default_catalog()
+    gpu = catalog.gpu("h100-96gb-hbm2e")
+    assert gpu.memory_bandwidth_bytes_per_s == 2.4e12
+    assert gpu.peak_flops_per_s("bf16") == pytest.approx((989.4e12 + 835.5e12) / 2)
+    assert gpu.peak_flops_per_s("fp8") == pytest.approx(2 * 912.45e12)
+    assert gpu.memory_bytes == (96 * 1024 - 426) * 2**20  # 96 GiB less the NVL's hidden 426 MiB
+    assert catalog.profile(catalog.builtin_profile_path(gpu.name)).gpu == gpu.name
+    node = catalog.node_type("grand-teton")
+    assert node.gpu == gpu.name and node.gpus == 8 and node.intra_node.kind == "nvswitch"
+    assert node.nics.count == 8 and node.nics.bandwidth_bytes_per_s == 50e9  # 400 Gb/s = 50 GB/s each

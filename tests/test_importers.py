@@ -273,12 +273,14 @@ def test_torchtitan_llama3_405b_fp8(tmp_path: Path) -> None:
     assert s.parallelism.sequence_parallel and s.parallelism.sharding == "fsdp"
     assert (s.training.micro_batch, s.training.global_batch) == (2, 32)
     assert (s.training.precision, s.training.recompute) == ("fp8", "full")
-    assert "parallelism.enable_async_tensor_parallel" in imported.ignored
     # [quantize.linear.float8]: no recipe_name (torchao's tensorwise), fp8 FSDP all-gather, the output head filtered
     fp8 = s.training.fp8
     assert (fp8.recipe, fp8.gemms, fp8.all_gather, fp8.output_head) == ("tensorwise", "linears", "fp8", False)
     assert not any("float8" in path for path in imported.ignored)
-    assert not any("without recipe" in n for n in imported.notes) and any("compile" in n for n in imported.notes)
+    assert not any("without recipe" in n for n in imported.notes)
+    assert s.parallelism.tp_comm_overlap and s.training.compile  # enable_async_tensor_parallel, [compile] enable
+    assert "parallelism.enable_async_tensor_parallel" not in imported.ignored and "compile.enable" not in imported.ignored
+    assert "compile.components" in imported.ignored
 
 
 def test_torchtitan_hsdp_and_pipeline(tmp_path: Path) -> None:
@@ -331,6 +333,18 @@ def test_megatron_fp8_recipe_and_param_gather(tmp_path: Path) -> None:
     assert default.scenario["training"]["fp8"]["all_gather"] == "bf16"
     with pytest.raises(simulator.ScenarioError, match="custom"):
         import_megatron([*args, "--fp8-recipe", "custom"], **_cluster("dgx-h100", 1, 8))
+
+
+def test_torchtitan_december_2024_key_locations() -> None:
+    """pytorch/torchtitan@9dec370 files keep tensor_parallel_degree and compile in [training] and
+    the pipeline/context degrees and enable_async_tensor_parallel in [experimental]: 70B on 32
+    GPUs with tp 8 leaves dp = 32 / 8 = 4, global batch = 8 x 4 = 32."""
+    toml = ('[model]\nname = "llama3"\nflavor = "70B"\n[training]\nbatch_size = 8\nseq_len = 8192\n'
+            'tensor_parallel_degree = 8\ncompile = true\n[experimental]\ncontext_parallel_degree = 1\n'
+            'pipeline_parallel_degree = 1\nenable_async_tensor_parallel = true\n')
+    sc = import_torchtitan(toml, source="old.toml", **_cluster("dgx-h100", 4, 8)).scenario
+    assert sc["parallelism"]["tp"] == 8 and sc["parallelism"]["tp_comm_overlap"]
+    assert sc["training"]["compile"] is True and sc["training"]["global_batch"] == 32
 
 
 def test_deepspeed_zero2_tutorial(tmp_path: Path) -> None:

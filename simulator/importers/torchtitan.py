@@ -21,6 +21,16 @@ the next one, 76d5c72e2, moved configs to Python dataclasses), torchtitan/config
   the local batch is split into micro-batches of this size), ``context_parallel_degree`` (:428).
   Shard degree > 1 with replicate 1 is FSDP2 (fully_shard); both > 1 is HSDP.
 - ``[activation_checkpoint] mode`` (:652, selective | full | memory_budget | none, default selective).
+- ``[compile] enable`` (``[training] compile`` in older files): torch.compile of each block -> ``training.compile``
+  (true or false as the file says; absent: torchtitan's default, off).
+- ``[parallelism] enable_async_tensor_parallel`` (``[experimental]`` in older files) with tp > 1 ->
+  ``parallelism.tp_comm_overlap``.
+
+Files of December 2024 (pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b
+torchtitan/config_manager.py) keep the data-parallel and tensor-parallel degrees, ``batch_size``
+and ``compile`` in ``[training]`` and the pipeline and context degrees and
+``enable_async_tensor_parallel`` in ``[experimental]``; each key is looked up in the newer
+section first, then in the older one.
 """
 
 from __future__ import annotations
@@ -30,22 +40,27 @@ from typing import Any
 from simulator.errors import ScenarioError
 from simulator.importers.common import Imported, Layout, check_layout, positive_int
 
-__all__ = ["import_torchtitan", "parse_toml", "LLAMA3_PRESETS"]
+__all__ = ["import_torchtitan", "import_torchtitan_doc", "parse_toml", "LLAMA3_PRESETS"]
 
 LLAMA3_PRESETS = {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}
+_LAYOUT_KEYS = {"data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+                "pipeline_parallel_degree", "context_parallel_degree", "enable_async_tensor_parallel"}
 _MODELLED = {
     "model": {"name", "flavor", "converters"},
-    "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param"},
-    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
-                    "pipeline_parallel_degree", "context_parallel_degree", "pipeline_parallel_microbatch_size",
-                    "mixed_precision_param"},
+    "training": {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "compile",
+                 *_LAYOUT_KEYS},
+    "parallelism": {"pipeline_parallel_microbatch_size", "mixed_precision_param", *_LAYOUT_KEYS},
+    "experimental": _LAYOUT_KEYS,
     "activation_checkpoint": {"mode"},
     "float8": {"enable_float8_linear"},
+    "compile": {"enable"},
 }
 # read only when float8 linears are on
 _FLOAT8_KEYS = {"recipe_name", "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
                 "filter_fqns"}
 _FLOAT8_SECTIONS = ("float8", "quantize.linear.float8")
+# where each layout key may sit: the current section first, then the December 2024 one
+_SECTIONS = ("parallelism", "training", "experimental")
 
 
 def parse_toml(text: str, source: str) -> dict[str, Any]:
@@ -85,12 +100,28 @@ def _int(section: dict[str, Any], key: str, default: int, where: str) -> int:
     return value
 
 
+def _layout_section(doc: dict[str, Any]) -> dict[str, Any]:
+    """The layout keys wherever the file keeps them (``[parallelism]``, else ``[training]`` or
+    ``[experimental]`` as in December 2024 files), plus the rest of ``[parallelism]``."""
+    out: dict[str, Any] = {}
+    for section in reversed(_SECTIONS):
+        values = doc.get(section, {})
+        out.update({k: v for k, v in values.items() if k in _LAYOUT_KEYS or section == "parallelism"})
+    return out
+
+
 def import_torchtitan(text: str, *, source: str, cluster: dict[str, Any], world: int, where: str) -> Imported:
     """A scenario from a torchtitan job TOML ``text`` (read from ``source``) on ``cluster``."""
-    doc = parse_toml(text, source)
+    return import_torchtitan_doc(parse_toml(text, source), source=source, cluster=cluster, world=world, where=where)
+
+
+def import_torchtitan_doc(doc: dict[str, Any], *, source: str, cluster: dict[str, Any], world: int,
+                          where: str) -> Imported:
+    """A scenario from a parsed torchtitan job config ``doc`` (the TOML's tables, with any
+    command-line overrides applied by the caller) on ``cluster``."""
     notes: list[str] = []
     model_sec, train = doc.get("model", {}), doc.get("training", {})
-    par_sec, ac = doc.get("parallelism", {}), doc.get("activation_checkpoint", {})
+    par_sec, ac = _layout_section(doc), doc.get("activation_checkpoint", {})
     name, flavor = model_sec.get("name"), str(model_sec.get("flavor", ""))
     if name not in ("llama3", "llama3_1", "llama3.1") or flavor not in LLAMA3_PRESETS:
         raise ScenarioError(f"[model] name = {name!r}, flavor = {flavor!r}: dtsim maps only llama3 flavors "
@@ -147,14 +178,21 @@ def import_torchtitan(text: str, *, source: str, cluster: dict[str, Any], world:
                      "(SequenceParallel on the norms, torchtitan/models/llama3/infra/parallelize.py:181,219 at 4a950ea): sequence_parallel: true")
     if shard > 1 and replicate > 1:
         par.update(sharding="hsdp", shard_group_size=shard)
-    elif shard > 1:
+    elif shard > 1 or cp > 1:
         par["sharding"] = "fsdp"
     else:
         par["sharding"] = "none"
-    if cp > 1 and shard > 1:
+    if cp > 1:
         notes.append("torchtitan shards parameters over data_parallel_shard_degree x context_parallel_degree ranks "
                      "(the fsdp mesh dimension is dp_shard * cp, torchtitan/distributed/parallel_dims.py:137 at "
-                     "4a950ea); dtsim's fsdp/hsdp shards over the data-parallel ranks only")
+                     "4a950ea; FSDP is applied whenever dp_shard or cp > 1, pytorch/torchtitan@9dec370 torchtitan/"
+                     "parallelisms/parallelize_llama.py:79-93): dtsim's fsdp shards over dp x cp too"
+                     + ("; hsdp's shard groups do not include cp" if replicate > 1 else ""))
+    if pp > 1 and par["sharding"] in ("fsdp", "hsdp"):
+        par["fsdp"] = {"reshard_after_forward": False}
+        notes.append("with pipeline parallelism torchtitan does not reshard after forward (pytorch/torchtitan@9dec370 "
+                     "torchtitan/parallelisms/parallelize_llama.py:326-339; torchtitan/distributed/fsdp.py:129-132 "
+                     "at b5bcd76): parallelism.fsdp.reshard_after_forward: false")
     if pp > 1:
         notes.append("torchtitan's default pipeline schedule (1F1B) is assumed; pipeline_parallel_schedule is not read")
     mode = ac.get("mode", "selective")
@@ -168,13 +206,17 @@ def import_torchtitan(text: str, *, source: str, cluster: dict[str, Any], world:
     fp8 = any("float8" in c for c in converters) or bool(doc.get("float8", {}).get("enable_float8_linear"))
     mpp = train.get("mixed_precision_param", par_sec.get("mixed_precision_param", "bfloat16"))
     precision = "fp8" if fp8 else "fp32" if mpp == "float32" else "bf16"
-    if doc.get("compile", {}).get("enable"):
-        notes.append("[compile] enable = true: torch.compile's kernel fusion is not modelled")
+    compiled = bool(doc.get("compile", {}).get("enable", train.get("compile", False)))
+    if tp > 1 and par_sec.get("enable_async_tensor_parallel"):
+        par["tp_comm_overlap"] = True
+        notes.append("enable_async_tensor_parallel: micro-pipelined TP all-gather/reduce-scatter with the GEMMs "
+                     "(parallelism.tp_comm_overlap)")
     model: Any = preset if seq == 8192 else {"preset": preset, "seq_len": seq}
     scenario = {
         "name": f"torchtitan {name} {flavor}", "framework": "torchtitan", "model": model, "cluster": cluster,
         "parallelism": par,
-        "training": {"micro_batch": micro, "global_batch": global_batch, "precision": precision, "recompute": mode},
+        "training": {"micro_batch": micro, "global_batch": global_batch, "precision": precision, "recompute": mode,
+                     "compile": compiled},
     }
     if fp8:
         scenario["training"]["fp8"] = _float8(doc, notes)

@@ -159,6 +159,13 @@ class TrainingSpec(Frozen):
         "fp32 when training in bf16, else the training dtype (Megatron's fp32 main gradients)"
     )
     grad_clipping: bool = Field(True, description="gradient-norm all-reduce before the optimizer step")
+    compile: bool | None = Field(
+        None, description="how a block's elementwise and normalization ops run: null (default) = the framework's "
+        "fused kernels (one read of each input, one write of each output: Megatron/Apex/Transformer Engine fused "
+        "norm, activation and rotary kernels); true = torch.compile (Inductor fuses each block's pointwise and "
+        "reduction chains into kernels of that cost); false = eager PyTorch, one kernel per op with fp32 upcasts "
+        "(a composite RMSNorm, SiLU-times-up, complex rotary), which also keeps their fp32 intermediates for the "
+        "backward when those are not recomputed")
 
 
 class SimSpec(Frozen):

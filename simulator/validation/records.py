@@ -13,6 +13,9 @@ metric into a step time with that source's FLOP convention:
   discount, no recompute); MFU = TFLOP/s / 989.
 * MosaicML LLM Foundry (benchmark README): measured tokens/s of the whole job, so
   ``step = global batch * seq / tokens/s``.
+* torchtitan (benchmark docs): tokens/s per GPU as torchtitan logs it, so ``step = local batch
+  * seq / (tps * tp * pp * cp)``, and the peak memory it logs (the caching allocator's
+  reserved peak); mapped through torchtitan's own config (:mod:`simulator.validation.titan_runs`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 from simulator.costs.flops import megatron_flops_per_iteration
 from simulator.datadirs import data_root
+from simulator.validation.titan_runs import titan_run
 from simulator.yamlio import load_yaml, to_plain
 
 __all__ = ["Record", "CommRecord", "load_records", "load_comm_records", "validation_file", "SOURCES"]
@@ -36,7 +40,7 @@ H100_BF16_PEAK = 989.4e12  # dense BF16, the peak Megatron-Core divides by (reco
 @dataclass
 class Record:
     id: str
-    source: str  # megatron-sc21 | megatron-core | llm-foundry
+    source: str  # megatron-sc21 | megatron-core | llm-foundry | torchtitan
     citation: str
     scenario: dict[str, Any]
     measured_step_s: float
@@ -240,8 +244,19 @@ def _llm_foundry(r: dict[str, Any]) -> Record:
     )
 
 
+def _torchtitan(r: dict[str, Any]) -> Record:
+    """The benchmark doc's tables (layout, local batch, sequence where stated, AC mode,
+    torch.compile, Float8, AsyncTP, schedule) over torchtitan's shipped config of the runs'
+    commit; see :mod:`simulator.validation.titan_runs`."""
+    run = titan_run(r)
+    return Record(id=r["id"], source="torchtitan", citation=r["source"]["citation"], scenario=run.scenario,
+                  measured_step_s=run.step_s, measured_metric=run.metric, assumptions=run.assumptions,
+                  gpus=r["hardware"]["gpus_total"], stated=run.stated, measured_peak_memory_bytes=run.peak_bytes)
+
+
 SOURCES: dict[str, Callable[[dict[str, Any]], Record | str]] = {
     "megatron_sc21": _megatron_sc21, "mcore_h100": _megatron_core, "llmfoundry_a100": _llm_foundry,
+    "torchtitan": _torchtitan,
 }
 
 

@@ -18,8 +18,9 @@ SOURCE_NAMES = {
     "megatron-sc21": "Megatron-LM SC'21 Table 1 (A100, Selene)",
     "megatron-core": "Megatron-Core r0.8.0 (H100)",
     "llm-foundry": "MosaicML LLM Foundry (A100-80GB, FSDP)",
+    "torchtitan": "torchtitan (Llama 3.1, H100 96GB Grand Teton and H200)",
 }
-COLOURS = {"megatron-sc21": "#1f77b4", "megatron-core": "#d62728", "llm-foundry": "#2ca02c"}
+COLOURS = {"megatron-sc21": "#1f77b4", "megatron-core": "#d62728", "llm-foundry": "#2ca02c", "torchtitan": "#9467bd"}
 
 
 def _pct(x: float) -> str:

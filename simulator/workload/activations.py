@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.costs.elementwise import EAGER_SAVED_FP32_BYTES
 from simulator.costs.fp8 import Fp8Casting, weight_cache_bytes
 from simulator.costs.memory import (
     ModelStateBytes,
@@ -21,7 +22,8 @@ from simulator.costs.memory import (
 from simulator.scenario.spec import Scenario
 from simulator.workload.model import Shard
 
-__all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards", "state_bytes_per_param"]
+__all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards", "state_bytes_per_param",
+           "eager_saved_bytes"]
 
 # the shardings whose parameters are all-gathered from shards (FSDP, ZeRO-3, MiCS, and the
 # ZeRO-1/2 parameter all-gather after the optimizer step): an fp8 all-gather casts on the shard
@@ -60,7 +62,23 @@ def shard_of(scenario: Scenario) -> Shard:
     par, train = scenario.parallelism, scenario.training
     return Shard(batch=train.micro_batch, seq=scenario.model.seq_len, tp=par.tp, cp=par.cp,
                  sequence_parallel=par.sequence_parallel and par.tp > 1, flash=train.flash_attention,
-                 precision=train.precision, flash_version=train.flash_attention_version, fp8=fp8_casting(scenario))
+                 precision=train.precision, flash_version=train.flash_attention_version, fp8=fp8_casting(scenario),
+                 compile=train.compile)
+
+
+def eager_saved_bytes(scenario: Scenario) -> float:
+    """What eager PyTorch autograd keeps per block and micro-batch beyond the fused kernels'
+    tensors (``training.compile: false``): the fp32 copy of each RMSNorm's input (two norms,
+    ``Tn*h`` elements each) and of the rotary query and key (``T*(a+kv)*d/t``), 4 bytes each
+    (:mod:`simulator.costs.elementwise`). Kept only where the block is not recomputed."""
+    m = scenario.model
+    if scenario.training.compile is not False:
+        return 0.0
+    shard = shard_of(scenario)
+    elements = 2.0 * shard.norm_tokens * m.hidden if m.norm == "rmsnorm" else 0.0
+    if m.position_embedding == "rotary":
+        elements += shard.tokens * (m.heads + m.n_kv_heads) * m.head_dim / shard.tp
+    return EAGER_SAVED_FP32_BYTES * elements
 
 
 @dataclass(frozen=True)
@@ -87,7 +105,8 @@ class ActivationSizes:
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
             )
 
-        full = layer("none")
+        eager = eager_saved_bytes(scenario)
+        full = layer("none") + eager
         workspace = backward_workspace_bytes(
             tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp, tp=shard.tp, act_bytes=shard.elem,
             recomputed_layer_bytes=full if train.recompute == "full" else 0.0)
@@ -97,7 +116,8 @@ class ActivationSizes:
         logits = logits_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, vocab=m.vocab,
                                          tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                                          act_bytes=shard.elem)
-        return cls(layer(train.recompute), full, workspace, embedding, logits)
+        stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
+        return cls(stored, full, workspace, embedding, logits)
 
     def stored(self, kind: str) -> float:
         """Bytes a unit of ``kind`` stores for its backward."""

@@ -28,6 +28,11 @@ from dataclasses import dataclass
 
 from simulator.costs import compute as cc
 from simulator.costs.dtypes import activation_bytes
+from simulator.costs.elementwise import (
+    rmsnorm_bytes_per_element,
+    rotary_bytes_per_element,
+    swiglu_bytes_per_element,
+)
 from simulator.costs.flops import attention_core_flops, gemm_flops
 from simulator.costs.fp8 import FP8_BYTES, CastKernel, Fp8Casting, cast_kernels
 from simulator.scenario.spec import ModelSpec
@@ -74,6 +79,7 @@ class Shard:
     precision: str = "bf16"
     flash_version: int | str = 2
     fp8: Fp8Casting | None = None  # how the fp8 GEMMs cast (precision fp8 only)
+    compile: bool | None = None  # training.compile: None = framework-fused kernels, True = Inductor, False = eager
 
     @property
     def tokens(self) -> float:
@@ -157,16 +163,27 @@ def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool =
         return core
     mask = 1.0 if model.dropout else 0.0
     n_up = 2 if model.mlp == "swiglu" else 1
+    eager = shard.compile is False
+    # eager PyTorch runs RMSNorm and SwiGLU op by op (simulator/costs/elementwise.py); LayerNorm
+    # and GELU are single kernels in eager PyTorch too
+    norm = rmsnorm_bytes_per_element(e, eager=eager) if model.norm == "rmsnorm" else 2 * e
+    act = swiglu_bytes_per_element(e, eager=eager) if model.mlp == "swiglu" else (n_up + 1) * e
+    rotary: list[Kernel] = []
+    if model.position_embedding == "rotary" and shard.compile is not None:
+        # torch-level models (compile true/false) apply rotary as its own kernel(s) after the QKV GEMM;
+        # the framework-fused path (compile null) keeps dtsim's earlier kernel list
+        rotary = [_memory("rotary", T * (heads + kv) * d * rotary_bytes_per_element(e, eager=eager), "attn")]
     fused = shard.fp8 is not None and shard.fp8.fused_norm_input
     kernels = [
-        _memory("ln1", Tn * h * e * 2, "attn"),
+        _memory("ln1", Tn * h * norm, "attn"),
         *_linear("qkv", T, (heads + 2 * kv) * d, h, shard, "attn", fused_input=fused),
+        *rotary,
         *core,
         *_linear("proj", T, h, heads * d, shard, "attn"),
         _memory("residual1", Tn * h * (3 * e + mask), "mlp"),
-        _memory("ln2", Tn * h * e * 2, "mlp"),
+        _memory("ln2", Tn * h * norm, "mlp"),
         *_linear("fc1", T, n_up * ffn, h, shard, "mlp", fused_input=fused),
-        _memory("act", T * ffn * e * (n_up + 1), "mlp"),
+        _memory("act", T * ffn * act, "mlp"),
         *_linear("fc2", T, h, ffn, shard, "mlp"),
         _memory("residual2", Tn * h * (3 * e + mask), "out"),
     ]
@@ -225,8 +242,11 @@ def logits_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
     e, h, t = shard.elem, model.hidden, shard.tp
     T, Tn = shard.tokens, shard.norm_tokens
     vocab = model.vocab / t
+    # torch.compile is applied per block (pytorch/torchtitan@9dec370 torchtitan/parallelisms/parallelize_llama.py:
+    # 297-303): the final norm stays eager in torch-level models, compiled or not
+    norm = rmsnorm_bytes_per_element(e, eager=shard.compile is not None) if model.norm == "rmsnorm" else 2 * e
     return [
-        _memory("final_ln", Tn * h * e * 2, "logits"),
+        _memory("final_ln", Tn * h * norm, "logits"),
         *_linear("logits", T, vocab, h, shard, "logits", head=True),
         _memory("cross_entropy", T * vocab * (e + 4 + 4), "loss"),
     ]

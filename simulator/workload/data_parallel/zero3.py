@@ -32,6 +32,8 @@ class GatherState:
     comm_tasks: list[int] = field(default_factory=list)
     wait: list[int] = field(default_factory=list)  # reductions the next compute must wait for
     compute_seq: list[int] = field(default_factory=list)  # unit compute tasks in issue order
+    # units kept gathered after forward (no reshard): unit -> [its all-gather, micro-batches still holding it]
+    kept: dict[int, list[int]] = field(default_factory=dict)
 
 
 Emit = RankEmitter[GatherState]
@@ -165,6 +167,7 @@ class Zero3(Strategy[GatherState]):
         key = (phase, mb, unit)
         size = self.gathered_numel(emit.stage, unit)
         limiter = self.limiter_deps(state, emit.stage)
+        self._share_kept(state, phase, mb, unit)
         if size > 0 and key not in state.gathered:
             state.gathered[key] = self._gather(emit, unit, phase, mb, size, limiter, "gather")
         elif key in state.remainder:
@@ -174,15 +177,32 @@ class Zero3(Strategy[GatherState]):
             self._prefetch(emit, unit, phase, mb, [])
         if size > 0:
             deps.append(state.gathered[key])
+            if phase == "fwd" and not self.releases_after_forward(unit) and unit not in state.kept:
+                state.kept[unit] = [state.gathered[key], 1]
         return deps
+
+    def _share_kept(self, state: GatherState, phase: str, mb: int, unit: int) -> bool:
+        """A unit kept gathered after forward (no reshard) is not gathered again while a
+        micro-batch still holds it: FSDP2 unshards a parameter group that is already unsharded
+        as a no-op (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, ``unshard``), so
+        one gathered copy serves every micro-batch in flight."""
+        kept = state.kept.get(unit)
+        if phase != "fwd" or kept is None or (phase, mb, unit) in state.gathered:
+            return False
+        state.gathered[(phase, mb, unit)] = kept[0]
+        kept[1] += 1
+        return True
 
     def _prefetch(self, emit: Emit, unit: int, phase: str, mb: int, deps: list[int]) -> None:
         state = emit.state
-        order = [u for u in self._order(emit.stage, unit, phase) if (phase, mb, u) not in state.gathered]
+        order = [u for u in self._order(emit.stage, unit, phase)
+                 if (phase, mb, u) not in state.gathered and not self._share_kept(state, phase, mb, u)]
         for nxt, take in self.prefetch_plan(emit.stage, phase, order):
             key = (phase, mb, nxt)
             limiter = self.limiter_deps(state, emit.stage)
             state.gathered[key] = self._gather(emit, nxt, phase, mb, take, [*deps, *limiter], "prefetch")
+            if phase == "fwd" and not self.releases_after_forward(nxt):
+                state.kept[nxt] = [state.gathered[key], 1]
             size = self.gathered_numel(emit.stage, nxt)
             if take < size:
                 state.remainder[key] = size - take
@@ -197,6 +217,12 @@ class Zero3(Strategy[GatherState]):
             if phase == "fwd" and gathered_now and self.releases_after_forward(unit):
                 emit.marker(f"release.u{unit}", [task], (MemDelta(True, -size, "buffers"),))
             kept = ("fwd", mb, unit) in state.gathered and not self.releases_after_forward(unit)
+            holder = state.kept.get(unit) if kept and phase == "bwd" else None
+            if holder is not None:  # one copy shared by the micro-batches in flight: freed by the last
+                holder[1] -= 1
+                kept = holder[1] == 0
+                if kept:
+                    del state.kept[unit]
             if phase == "bwd" and (gathered_now or kept):
                 emit.marker(f"release.u{unit}", [task], (MemDelta(True, -size, "buffers"),))
         if phase == "bwd":

@@ -1,0 +1,46 @@
+"""HBM bytes of a block's elementwise and normalization ops: fused kernels or eager PyTorch.
+
+A fused kernel (Megatron/Apex/Transformer Engine, or the Triton kernels torch.compile's
+Inductor generates: it fuses chains of pointwise ops and the reductions that feed them into
+one kernel, "TorchInductor ... fuses pointwise, reduction and scatter operations", Ansel et
+al., ASPLOS'24, "PyTorch 2", §4) reads each input once and writes each output once. Eager
+PyTorch runs one kernel per op: every intermediate is written to HBM and read back. Byte
+counts per element, with ``e`` the activation's bytes (2 for bf16) and fp32 intermediates,
+follow the op sequence of torchtitan's pure-PyTorch model code at
+pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b:
+
+* RMSNorm (``torchtitan/models/norms.py:96-101``): ``x.float()`` (read e, write 4),
+  ``pow(2)`` (4 + 4), ``mean(-1)`` (read 4), ``x * rsqrt(...)`` (4 + 4), ``type_as`` (4 + e),
+  ``* weight`` (e + e): ``28 + 4e``; fused: ``2e``.
+* SwiGLU (``torchtitan/models/llama/model.py:252-253``) per FFN element: ``silu`` (e + e),
+  ``* w3(x)`` (e + e + e): ``5e``; fused: ``3e`` (read gate and up, write the product).
+* rotary (``model.py:108-113``) per query/key element: ``float()`` (e + 4), complex multiply
+  (4 + 4; the frequency table is small), ``type_as`` (4 + e): ``16 + 2e``; fused: ``2e``.
+
+What eager autograd keeps for the backward beyond the fused kernel's tensors, per element,
+when the op is not recomputed: RMSNorm's fp32 copy of its input (``pow`` and the multiply
+save ``x.float()``): 4; rotary's fp32 complex query/key (the complex multiply saves it): 4.
+SwiGLU saves its two inputs and the SiLU output either way.
+"""
+
+from __future__ import annotations
+
+__all__ = ["rmsnorm_bytes_per_element", "swiglu_bytes_per_element", "rotary_bytes_per_element",
+           "EAGER_SAVED_FP32_BYTES"]
+
+EAGER_SAVED_FP32_BYTES = 4.0  # the fp32 copy eager RMSNorm and rotary keep per element (see above)
+
+
+def rmsnorm_bytes_per_element(act_bytes: float, *, eager: bool) -> float:
+    """HBM bytes of an RMSNorm forward per element: ``28 + 4e`` eager, ``2e`` fused."""
+    return 28.0 + 4.0 * act_bytes if eager else 2.0 * act_bytes
+
+
+def swiglu_bytes_per_element(act_bytes: float, *, eager: bool) -> float:
+    """HBM bytes of SiLU(gate) * up per FFN element: ``5e`` eager, ``3e`` fused."""
+    return 5.0 * act_bytes if eager else 3.0 * act_bytes
+
+
+def rotary_bytes_per_element(act_bytes: float, *, eager: bool) -> float:
+    """HBM bytes of the rotary embedding per query/key element: ``16 + 2e`` eager, ``2e`` fused."""
+    return 16.0 + 2.0 * act_bytes if eager else 2.0 * act_bytes

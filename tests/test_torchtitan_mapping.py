@@ -1,0 +1,74 @@
+"""torch.compile's kernel model and the torchtitan validation mapping, pinned by hand."""
+
+import pytest
+
+import simulator
+from simulator.costs.elementwise import rmsnorm_bytes_per_element, rotary_bytes_per_element, swiglu_bytes_per_element
+from simulator.validation.records import load_records
+from simulator.workload.activations import eager_saved_bytes
+from simulator.workload.model import Shard, block_forward
+
+GiB = 2**30
+
+
+def test_eager_op_by_op_bytes_per_element():
+    """bf16 (e = 2): RMSNorm eager 28 + 4*2 = 36 vs fused 2*2 = 4; SwiGLU 5*2 = 10 vs 3*2 = 6;
+    rotary 16 + 2*2 = 20 vs 2*2 = 4 (op sequences in simulator/costs/elementwise.py)."""
+    assert rmsnorm_bytes_per_element(2, eager=True) == 36 and rmsnorm_bytes_per_element(2, eager=False) == 4
+    assert swiglu_bytes_per_element(2, eager=True) == 10 and swiglu_bytes_per_element(2, eager=False) == 6
+    assert rotary_bytes_per_element(2, eager=True) == 20 and rotary_bytes_per_element(2, eager=False) == 4
+
+
+def _llama(compile_: bool | None, recompute: str = "none") -> simulator.Scenario:
+    return simulator.Scenario.model_validate({
+        "model": {"preset": "llama3-8b", "seq_len": 1024}, "cluster": {"node": "dgx-h100", "nodes": 1},
+        "parallelism": {"sharding": "fsdp"},
+        "training": {"micro_batch": 1, "global_batch": 8, "compile": compile_, "recompute": recompute}})
+
+
+def test_block_kernels_follow_compile():
+    """Llama 3 8B, T = 1024 tokens, h = 4096, F = 14336, heads 32 + kv 8 of d = 128:
+    ln1 = T*h*36 eager, T*h*4 compiled; act = T*F*10 vs T*F*6; rotary = T*(32+8)*128*20 vs *4;
+    compile null (framework-fused kernels) has no separate rotary kernel."""
+    model = _llama(None).model
+    T, h, F, qk = 1024, 4096, 14336, 40 * 128
+    by_name = {c: {k.name: k.nbytes for k in block_forward(model, Shard(batch=1, seq=1024, compile=c))}
+               for c in (None, True, False)}
+    assert by_name[False]["ln1"] == T * h * 36 and by_name[True]["ln1"] == T * h * 4 == by_name[None]["ln1"]
+    assert by_name[False]["act"] == T * F * 10 and by_name[True]["act"] == T * F * 6
+    assert by_name[False]["rotary"] == T * qk * 20 and by_name[True]["rotary"] == T * qk * 4
+    assert "rotary" not in by_name[None]
+
+
+def test_eager_keeps_fp32_copies_only_without_recompute():
+    """Eager, no recompute: 4 bytes x (2 norms x T*h + T*(32+8)*128) = 4 * (2*1024*4096 + 1024*5120)."""
+    assert eager_saved_bytes(_llama(False)) == 4 * (2 * 1024 * 4096 + 1024 * 5120)
+    assert eager_saved_bytes(_llama(True)) == 0.0
+    eager, compiled = simulator.simulate(_llama(False)), simulator.simulate(_llama(True))
+    assert eager.step_time_s > compiled.step_time_s  # more HBM passes
+    assert eager.peak_memory_bytes > compiled.peak_memory_bytes
+
+
+def test_torchtitan_profile_defaults_to_eager():
+    s = simulator.Scenario.model_validate({"framework": "torchtitan", **_llama(None).model_dump(
+        include={"model", "cluster", "training"}, exclude={"training": {"compile"}})})
+    assert s.training.compile is False and s.source_of("training.compile") == "torchtitan"
+
+
+def test_torchtitan_records_step_time_and_memory():
+    """step = local batch * seq / (tps * tp*pp*cp): Table 1 FSDP 2*8192/5762 = 2.8435 s; Table 6
+    CP 8 at 262144 tokens: 8*262144/(16 * 8*8*8) = 256 s; memory 82.4 GiB and 84.9 GiB."""
+    records = {r.id: r for r in load_records() if r.source == "torchtitan"}
+    assert len(records) == 20
+    t1, t6 = records["torchtitan_h100_202412_t1_0"], records["torchtitan_h100_202412_t6_17"]
+    assert t1.measured_step_s == pytest.approx(2 * 8192 / 5762)
+    assert t6.measured_step_s == pytest.approx(256.0)
+    assert t1.measured_peak_memory_bytes == pytest.approx(82.4 * GiB)
+    assert t6.measured_peak_memory_bytes == pytest.approx(84.9 * GiB)
+    assert t1.scenario["training"]["compile"] is False and records["torchtitan_h100_202412_t1_1"].scenario[
+        "training"]["compile"] is True
+    assert t6.scenario["parallelism"]["fsdp"] == {"reshard_after_forward": False}  # pp > 1
+    assert t6.scenario["parallelism"]["tp_comm_overlap"] and t6.scenario["training"]["precision"] == "fp8"
+    assert records["torchtitan_h100_202412_t5_13"].scenario["parallelism"]["virtual_stages"] == 2
+    assert t1.scenario["cluster"]["node"] == "grand-teton"
+    assert records["torchtitan_h200_llama31_8b_32gpu"].scenario["cluster"]["node"] == "dgx-h200"
