@@ -31,6 +31,7 @@ from simulator.errors import InfeasibleError, ScenarioError
 from simulator.fields import Frozen, Precision
 from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
 from simulator.scenario.framework import GENERIC, Framework, apply_framework, framework_settings, source_of
+from simulator.scenario.host import HostSpec
 from simulator.scenario.model import ModelSpec
 from simulator.scenario.parallelism import (
     DdpOptions,
@@ -155,6 +156,8 @@ class TrainingSpec(Frozen):
         "fp32 when training in bf16, else the training dtype (Megatron's fp32 main gradients)"
     )
     grad_clipping: bool = Field(True, description="gradient-norm all-reduce before the optimizer step")
+    host: HostSpec = Field(default_factory=HostSpec, description="host-side issue costs: CPU time per launched op, "
+                           "per micro-batch and per step (simulator/costs/host.py)")
 
 
 class SimSpec(Frozen):

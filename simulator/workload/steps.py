@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.costs.compute import ComputeProfile
+from simulator.costs.host import NO_HOST, HostCosts, host_time_s, issue_bound_time_s
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import (
     Kernel,
@@ -90,12 +91,21 @@ def base_steps(spec: LayerSpec) -> list[Step]:
         ComputeStep("logits.bwd", tuple(backward_of(fwd)))]
 
 
-def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_version: int | str) -> list[TimedStep]:
-    """Each compute step with its roofline time and FLOPs; collectives untimed (the network's)."""
+def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_version: int | str,
+          host: HostCosts = NO_HOST, extra_host_s: float = 0.0) -> list[TimedStep]:
+    """Each compute step with its time and FLOPs; collectives untimed (the network's).
+
+    A compute step lasts max(roofline time of its kernels, host time to issue them)
+    (:func:`~simulator.costs.host.issue_bound_time_s`): one op per kernel at ``host.op_s``,
+    plus ``extra_host_s`` of fixed host work on the layer's first compute step.
+    """
     out = []
+    extra = extra_host_s
     for step in steps:
         if isinstance(step, ComputeStep):
-            duration = kernels_time_s(profile, list(step.kernels), precision, flash_version)
+            gpu = kernels_time_s(profile, list(step.kernels), precision, flash_version)
+            duration = issue_bound_time_s(gpu, host_time_s(len(step.kernels), host, extra))
+            extra = 0.0
             out.append(TimedStep(step, duration, sum(k.flops for k in step.kernels)))
         else:
             out.append(TimedStep(step))
