@@ -46,14 +46,17 @@ def test_gpu_bound_layer_keeps_its_roofline_time():
     assert step.duration_s == pytest.approx(2e-3 + 4e-6)
 
 
-def test_fixed_host_work_rides_on_the_first_compute_step_only():
-    """Two compute steps of 3 tiny kernels around a collective, 50 us extra: the first step's host
-    time is 3 x 10 + 50 = 80 us, the second's 3 x 10 = 30 us (GPU 3 x 4.001 us = 12 us each)."""
+def test_host_bound_layer_stretches_its_steps_alike():
+    """Two compute steps of 3 tiny kernels (12.003 us of GPU each) around a collective, 50 us of
+    fixed host work: the pass's host time is 6 x 10 + 50 = 110 us against 24.006 us of GPU, so
+    each step lasts 110 / 2 = 55 us; one step of the same 6 kernels lasts the same 110 us."""
     steps = [_tiny(3), CommStep("ar", "all_reduce", 1e6), _tiny(3)]
     first, comm, second = timed(steps, PROFILE, "bf16", 2, HostCosts(op_s=10e-6), 50e-6)
-    assert first.duration_s == pytest.approx(80e-6)
+    assert first.duration_s == pytest.approx(55e-6)
     assert comm.duration_s == 0.0
-    assert second.duration_s == pytest.approx(30e-6)
+    assert second.duration_s == pytest.approx(55e-6)
+    [whole] = timed([_tiny(6)], PROFILE, "bf16", 2, HostCosts(op_s=10e-6), 50e-6)
+    assert whole.duration_s == pytest.approx(110e-6)
 
 
 SMALL = ["cluster.nodes=1", "cluster.gpus_per_node=1", "training.micro_batch=1", "model.layers=2",

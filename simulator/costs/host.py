@@ -12,15 +12,17 @@ kernels whose GPU time is ``gpu_s`` and whose host time is ``host_s`` lasts
 
     issue_bound_time_s = max(gpu_s, host_s)
 
-in steady state. dtsim applies it per compute task (a layer pass, or the steps TP splits
-it into): GPU-bound tasks keep their roofline time (the host's lead hides its issue cost),
-issue-bound tasks (short kernels: small hidden size, micro-batch 1, short sequences) last as
-long as the host takes to issue them and the GPU starves in between. Exact at both ends
-(every task GPU-bound, every task host-bound); between them it ignores the lead a host
-carries from one task into the next (pessimistic when host-bound tasks follow GPU-bound ones
-or an exposed collective), and the start-up transient after a synchronisation (one op).
+in steady state. dtsim applies it per layer pass (one layer's forward or backward): a
+GPU-bound pass keeps its roofline time (the host's lead hides its issue cost); an issue-bound
+pass (short kernels: small hidden size, micro-batch 1, short sequences) lasts as long as the
+host takes to issue it, the GPU starving in between, and its compute steps (the pieces TP
+splits it into) are stretched alike, so within a pass the host's lead carries over from
+long kernels to short ones. Exact at both ends (every pass GPU-bound, every pass
+host-bound); between them it ignores the lead a host carries from one pass into the next
+(pessimistic when host-bound passes follow GPU-bound ones or an exposed collective), and the
+start-up transient after a synchronisation (one op).
 
-The host time of a task is ``n_ops * op_s`` plus any fixed host work riding on it
+The host time of a pass is ``n_ops * op_s`` plus any fixed host work riding on it
 (:func:`host_time_s`): ``n_ops`` is the number of kernels in dtsim's kernel list (each listed
 kernel is at least one dispatched, launched op; the backward's list mirrors the forward's as
 autograd does, one backward node per forward op, two GEMMs per linear).
@@ -28,6 +30,11 @@ autograd does, one backward node per forward op, two GEMMs per linear).
 Fixed work that cannot hide behind the GPU because a synchronisation precedes it (per step:
 the host waits on ``loss.item()`` / the gradient norm, then runs the step's Python before
 issuing the next kernel) is a GPU-idle gap of ``HostCosts.step_s`` each step.
+
+Not modelled: framework hooks' host work (FSDP pre/post-forward/backward hooks, DDP bucket
+hooks; no published per-hook time), the host waits of FSDP's ``limit_all_gathers`` rate
+limiter, a lead carried across tasks. An issue-bound task counts as compute in the breakdown
+(its GPU gaps are not split out) and is slowed beside a collective like any compute task.
 """
 
 from __future__ import annotations

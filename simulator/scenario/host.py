@@ -28,7 +28,7 @@ class HostSpec(Frozen):
     enabled: bool = Field(True, description="model the host thread that issues each rank's kernels "
                           "(false: kernels start as soon as the GPU is free, as before)")
     op_issue_s: Seconds = Field(EAGER_OP_ISSUE_S, alias="op_issue", description="host (CPU) time to dispatch and "
-                                "launch one op; a compute task lasts max(its kernels' GPU time, its ops x op_issue). "
+                                "launch one op; a layer pass lasts max(its kernels' GPU time, its ops x op_issue). "
                                 "Default 10 us: eager PyTorch (HTA: 5-20 us per launch)")
     per_microbatch_s: Seconds = Field(0.0, alias="per_microbatch", description="host work per micro-batch before "
                                       "its first kernel (data loader, input preparation), added to the host time of "

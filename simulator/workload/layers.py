@@ -1,8 +1,8 @@
 """Emitting the units of one pass (forward or backward of a chunk) as tasks.
 
 Each unit's layer steps come from the in-layer passes (:mod:`simulator.workload.parallel`),
-timed once per (kind, phase), each compute step bounded below by the host time to issue its
-kernels (:mod:`simulator.costs.host`). Without fusion every step is a task: compute steps on the
+timed once per (kind, phase), each pass bounded below by the host time to issue its kernels
+(:mod:`simulator.costs.host`). Without fusion every step is a task: compute steps on the
 compute stream, TP/CP collectives on their streams, joined across the group's simulated
 members. With fusion (:mod:`simulator.workload.fusion`) a run of units between two strategy
 hooks is one compute task with its inner timeline.

@@ -93,20 +93,24 @@ def base_steps(spec: LayerSpec) -> list[Step]:
 
 def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_version: int | str,
           host: HostCosts = NO_HOST, extra_host_s: float = 0.0) -> list[TimedStep]:
-    """Each compute step with its time and FLOPs; collectives untimed (the network's).
+    """Each compute step of one layer pass with its time and FLOPs; collectives untimed (the
+    network's).
 
-    A compute step lasts max(roofline time of its kernels, host time to issue them)
-    (:func:`~simulator.costs.host.issue_bound_time_s`): one op per kernel at ``host.op_s``,
-    plus ``extra_host_s`` of fixed host work on the layer's first compute step.
+    The pass's compute lasts max(roofline time of all its kernels, host time to issue them)
+    (:func:`~simulator.costs.host.issue_bound_time_s`; one op per kernel at ``host.op_s``
+    plus ``extra_host_s`` of fixed host work): when the host is the slower stage, every
+    compute step is stretched by the same factor, so the pass's time does not depend on how
+    an in-layer pass splits it into steps.
     """
+    compute = [s for s in steps if isinstance(s, ComputeStep)]
+    gpu = {id(s): kernels_time_s(profile, list(s.kernels), precision, flash_version) for s in compute}
+    gpu_s = sum(gpu.values())
+    host_s = host_time_s(sum(len(s.kernels) for s in compute), host, extra_host_s)
+    stretch = issue_bound_time_s(gpu_s, host_s) / gpu_s if gpu_s > 0 else 1.0
     out = []
-    extra = extra_host_s
     for step in steps:
         if isinstance(step, ComputeStep):
-            gpu = kernels_time_s(profile, list(step.kernels), precision, flash_version)
-            duration = issue_bound_time_s(gpu, host_time_s(len(step.kernels), host, extra))
-            extra = 0.0
-            out.append(TimedStep(step, duration, sum(k.flops for k in step.kernels)))
+            out.append(TimedStep(step, gpu[id(step)] * stretch, sum(k.flops for k in step.kernels)))
         else:
             out.append(TimedStep(step))
     return out
