@@ -32,6 +32,7 @@ from simulator.fields import Frozen, Precision
 from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
 from simulator.scenario.fp8 import Fp8Spec
 from simulator.scenario.framework import GENERIC, Framework, apply_framework, framework_settings, source_of
+from simulator.scenario.host import HostSpec
 from simulator.scenario.model import ModelSpec
 from simulator.scenario.parallelism import (
     DdpOptions,
@@ -166,6 +167,8 @@ class TrainingSpec(Frozen):
         "reduction chains into kernels of that cost); false = eager PyTorch, one kernel per op with fp32 upcasts "
         "(a composite RMSNorm, SiLU-times-up, complex rotary), which also keeps their fp32 intermediates for the "
         "backward when those are not recomputed")
+    host: HostSpec = Field(default_factory=HostSpec, description="host-side issue costs: CPU time per launched op, "
+                           "per micro-batch and per step (simulator/costs/host.py)")
 
 
 class SimSpec(Frozen):

@@ -83,9 +83,13 @@ class Workload:
                                    symmetric=self.symmetry.enabled)
 
     def optimizer_time_s(self, n_params: float) -> float:
+        """The optimizer step (one fused memory-bound kernel, :func:`optimizer_kernel`) and,
+        after it, the step's host gap: the host synchronises at the step's end (loss, gradient
+        norm), runs its per-step work and only then issues the next step's first kernel
+        (:mod:`simulator.costs.host`)."""
         train = self.scenario.training
         kernel = optimizer_kernel(n_params, train.precision, train.optimizer)
-        return kernels_time_s(self.profile, [kernel], train.precision)
+        return kernels_time_s(self.profile, [kernel], train.precision) + train.host.costs().step_s
 
     def initial_memory(self, rank: int) -> dict[str, float]:
         """What a rank holds at t = 0, by category: model states, static buffers, context."""

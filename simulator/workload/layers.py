@@ -1,7 +1,8 @@
 """Emitting the units of one pass (forward or backward of a chunk) as tasks.
 
 Each unit's layer steps come from the in-layer passes (:mod:`simulator.workload.parallel`),
-timed once per (kind, phase). Without fusion every step is a task: compute steps on the
+timed once per (kind, phase), each pass bounded below by the host time to issue its kernels
+(:mod:`simulator.costs.host`). Without fusion every step is a task: compute steps on the
 compute stream, TP/CP collectives on their streams, joined across the group's simulated
 members. With fusion (:mod:`simulator.workload.fusion`) a run of units between two strategy
 hooks is one compute task with its inner timeline.
@@ -42,6 +43,7 @@ class LayerEmitter:
         self.overlap_slowdown = overlap_slowdown
         self.join_group = join_group
         self.symmetric = symmetric
+        self.host = scenario.training.host.costs()
         self._steps: dict[tuple[str, str], list[TimedStep]] = {}
         self._macros: dict[tuple[str, tuple[str, ...]], Macro] = {}
 
@@ -56,8 +58,10 @@ class LayerEmitter:
             spec = LayerSpec(self.sc.model, self.shard, kind, phase, tp_overlap=par.tp_overlap,
                              comm_overlap=par.tp_comm_overlap,
                              selective=kind == "block" and train.recompute == "selective" and phase == "bwd")
+            # the micro-batch's host work (data loader, inputs) precedes its first layer
+            per_mb = self.host.microbatch_s if (kind, phase) == ("embedding", "fwd") else 0.0
             found = self._steps[key] = timed(layer_steps(spec), self.profile, train.precision,
-                                             self.shard.flash_version)
+                                             self.shard.flash_version, self.host, per_mb)
         return found
 
     def jobs(self, unit: int, phase: str) -> list[Job]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.costs.compute import ComputeProfile
+from simulator.costs.host import NO_HOST, HostCosts, host_time_s, issue_bound_time_s
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import (
     Kernel,
@@ -113,13 +114,26 @@ def split_casts(steps: list[Step]) -> list[Step]:
     return out
 
 
-def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_version: int | str) -> list[TimedStep]:
-    """Each compute step with its roofline time and FLOPs; collectives untimed (the network's)."""
+def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_version: int | str,
+          host: HostCosts = NO_HOST, extra_host_s: float = 0.0) -> list[TimedStep]:
+    """Each compute step of one layer pass with its time and FLOPs; collectives untimed (the
+    network's).
+
+    The pass's compute lasts max(roofline time of all its kernels, host time to issue them)
+    (:func:`~simulator.costs.host.issue_bound_time_s`; one op per kernel at ``host.op_s``
+    plus ``extra_host_s`` of fixed host work): when the host is the slower stage, every
+    compute step is stretched by the same factor, so the pass's time does not depend on how
+    an in-layer pass splits it into steps.
+    """
+    compute = [s for s in steps if isinstance(s, ComputeStep)]
+    gpu = {id(s): kernels_time_s(profile, list(s.kernels), precision, flash_version) for s in compute}
+    gpu_s = sum(gpu.values())
+    host_s = host_time_s(sum(len(s.kernels) for s in compute), host, extra_host_s)
+    stretch = issue_bound_time_s(gpu_s, host_s) / gpu_s if gpu_s > 0 else 1.0
     out = []
     for step in steps:
         if isinstance(step, ComputeStep):
-            duration = kernels_time_s(profile, list(step.kernels), precision, flash_version)
-            out.append(TimedStep(step, duration, sum(k.flops for k in step.kernels)))
+            out.append(TimedStep(step, gpu[id(step)] * stretch, sum(k.flops for k in step.kernels)))
         else:
             out.append(TimedStep(step))
     return out
