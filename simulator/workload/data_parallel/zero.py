@@ -15,9 +15,15 @@ at NVIDIA/Megatron-LM@d98e8a64: ``_make_forward_pre_hook``, ``finish_param_sync`
 all-gather of the updated parameters moves into the next step's forward, which this
 steady-state iteration stands for: buckets are formed over the parameters in reverse
 (backward) order and gathered in reverse bucket order, so the first layers' bucket goes
-first; a module's forward pre-hook dispatches its bucket's all-gather if nothing has yet
-(the first bucket), waits for it, and dispatches the next bucket's. Only a unit's first
-forward of the step waits; nothing is gathered after the optimizer step.
+first. The first bucket's all-gather is dispatched at the start of the step
+(``DistributedOptimizer.zero_grad``, megatron/core/optimizer/distrib_optimizer.py:1330-1337 at
+NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4), before the stage has its
+input; a module's forward pre-hook waits for its bucket and then dispatches the next
+bucket's (``_finish_param_sync_helper``, :1454-1475), which with
+CUDA_DEVICE_MAX_CONNECTIONS=1 (required with sequence parallelism,
+megatron/training/arguments.py:476-484) starts once that wait is passed: when the bucket is
+gathered and the compute before the module is done. Only a unit's first forward of the step
+waits; nothing is gathered after the optimizer step.
 """
 
 from __future__ import annotations
@@ -108,10 +114,14 @@ class BucketedZero(Strategy[ZeroState]):
         return list(reversed(buckets))
 
     def _dispatch_gather(self, emit: RankEmitter[ZeroState], deps: list[int]) -> None:
+        """The next bucket's all-gather: the first at the start of the step (the optimizer's
+        ``zero_grad``), each later one once the one before it is done and the compute that
+        waits for that one may start (``deps``): with CUDA_DEVICE_MAX_CONNECTIONS=1 it is
+        queued behind that wait and the kernels launched before it."""
         state = emit.state
         index = len(state.gathers)
         _, elements = state.gather_buckets[index]
-        after = [state.gathers[-1]] if state.gathers else deps
+        after = [state.gathers[-1], *deps] if state.gathers else []
         state.gathers.append(emit.collective(Collective(
             "zero.param_allgather", "all_gather", self.grad_axis, elements * param_bytes(self.scenario),
             stream="dp", key=("params", index)), after))
