@@ -119,6 +119,9 @@ class ParallelismSpec(Frozen):
     shard_group_size: PositiveInt | None = Field(None, description="hsdp / mics: ranks holding one model replica")
     offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer states and step on the CPU")
     tp_overlap: bool = Field(True, description="overlap the backward TP collective with the weight-gradient GEMM")
+    p2p_blocking: bool = Field(
+        False, description="a pipeline send holds its rank until the transfer is done (Megatron: batched isend/irecv "
+        "waited on, then torch.cuda.synchronize; 1F1B and GPipe); false: sends run beside the next compute")
     tp_comm_overlap: bool = Field(
         False, description="Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): every TP all-gather "
         "and reduce-scatter pipelined with the GEMM it feeds or follows; needs sequence_parallel")
