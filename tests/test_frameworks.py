@@ -111,15 +111,20 @@ def test_megatron_core_on_gpt3_changes_exactly_the_profile_fields():
     mcore = simulator.load_scenario(GPT3, overrides=["framework=megatron-core"])
     changed = {f"parallelism.zero.{k}" for k, v in mcore.parallelism.zero if getattr(generic.parallelism.zero, k) != v}
     changed |= {f"training.{k}" for k, v in mcore.training if getattr(generic.training, k) != v}
-    assert mcore.parallelism.model_copy(update={"zero": generic.parallelism.zero}) == generic.parallelism
+    assert mcore.parallelism.model_copy(update={"zero": generic.parallelism.zero, "p2p_blocking": False}) == \
+        generic.parallelism
     assert changed == {"parallelism.zero.overlap_comm", "parallelism.zero.reduce_bucket_size",
-                       "parallelism.zero.allgather_bucket_size", "training.grad_reduce_dtype"}
+                       "parallelism.zero.allgather_bucket_size", "parallelism.zero.bucketing",
+                       "parallelism.zero.bucket_size_per_dp_rank", "training.grad_reduce_dtype"}
     rows = {path: (value, source) for path, value, source in mcore.framework_settings()}
     assert rows == {
         "parallelism.zero.gradient_reduction": ("reduce_scatter", "scenario"),  # the file states it
         "parallelism.zero.overlap_comm": (False, "megatron-core"),
         "parallelism.zero.reduce_bucket_size": (40_000_000, "megatron-core"),
         "parallelism.zero.allgather_bucket_size": (40_000_000, "megatron-core"),
+        "parallelism.zero.bucketing": ("megatron-core", "megatron-core"),
+        "parallelism.zero.bucket_size_per_dp_rank": (1_000_000, "megatron-core"),
+        "parallelism.p2p_blocking": (True, "megatron-core"),
         "training.grad_reduce_dtype": ("fp32-for-bf16", "megatron-core"),
     }
     # the ddp block is not read by zero1: left at dtsim's defaults, and said so
@@ -137,7 +142,7 @@ def test_cli_summary_lists_the_framework_settings():
                           "--set", "parallelism.zero.reduce_bucket_size=50000000"],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "megatron-core: 5 setting(s) differ from generic" in out.stdout
+    assert "megatron-core: 8 setting(s) differ from generic" in out.stdout
     assert "parallelism.zero.overlap_comm = false (megatron-core)" in out.stdout
     assert "parallelism.zero.reduce_bucket_size = 50000000 (scenario)" in out.stdout
     assert "training.grad_reduce_dtype = fp32-for-bf16 (megatron-core)" in out.stdout

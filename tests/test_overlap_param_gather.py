@@ -58,3 +58,19 @@ def test_overlapping_the_gather_shortens_the_step_by_at_most_the_gather():
     assert len(tail) == 1 and tail[0].comm.count == 4 and tail[0].comm.nbytes == 125_226_240 * 2 / 4
     exposed = tail[0].end_s - tail[0].start_s
     assert off.result.step_time_s - exposed < on.result.step_time_s < off.result.step_time_s
+
+
+def test_a_later_stage_starts_gathering_at_the_start_of_the_step():
+    """pp 2: the optimizer's zero_grad dispatches the first bucket's all-gather before the
+    forward (distrib_optimizer.py:1330-1337 at f2e5db40), so stage 1's first gather starts at
+    t = 0, long before stage 0's activation reaches it; each next one starts no earlier than
+    the compute before the unit that waited for the previous one."""
+    zero = {"gradient_reduction": "reduce_scatter", "allgather_bucket_size": 40_000_000, "overlap_param_gather": True}
+    sim = simulator.run_simulation(simulator.Scenario.model_validate(
+        small_scenario(parallelism={"pp": 2, "sharding": "zero1", "zero": zero})))
+    stage1 = max({r.rank for r in sim.rows})
+    gathers = sorted((r for r in sim.rows if r.rank == stage1 and r.name == "zero.param_allgather"),
+                     key=lambda r: r.start_s)
+    recv = min((r for r in sim.rows if r.rank == stage1 and r.name == "recv.act"), key=lambda r: r.start_s)
+    assert gathers[0].start_s == 0.0 and gathers[0].end_s < recv.end_s
+    assert all(g.start_s >= recv.end_s for g in gathers[1:])

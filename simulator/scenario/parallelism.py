@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from simulator.errors import ScenarioError
 from simulator.fields import Bytes, Frozen
@@ -76,6 +76,15 @@ class ZeroOptions(Frozen):
         "during the next step's forward, a bucket of allgather_bucket_size elements at a time, each layer's first "
         "forward waiting for its bucket, instead of after the optimizer step"
     )
+    bucketing: Literal["deepspeed", "megatron-core"] = Field(
+        "deepspeed", description="stage 1/2 buckets: deepspeed = a reduction each time reduce_bucket_size gradient "
+        "elements are pending, parameters gathered in allgather_bucket_size pieces; megatron-core = Megatron-Core's "
+        "ParamAndGradBuffer: buckets of whole parameters filled in reverse order, one bucket on pipeline stages after "
+        "the first and without overlap_comm, the tied embedding in a bucket of its own, the parameter all-gather over "
+        "the same buckets")
+    bucket_size_per_dp_rank: NonNegativeInt = Field(
+        0, description="buckets hold at least this many elements per data-parallel rank (Megatron-Core: 1,000,000, "
+        "so buckets grow to 1M x dp above dp 40); 0 = the bucket sizes alone")
 
 
 class FsdpOptions(Frozen):
@@ -110,6 +119,9 @@ class ParallelismSpec(Frozen):
     shard_group_size: PositiveInt | None = Field(None, description="hsdp / mics: ranks holding one model replica")
     offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer states and step on the CPU")
     tp_overlap: bool = Field(True, description="overlap the backward TP collective with the weight-gradient GEMM")
+    p2p_blocking: bool = Field(
+        False, description="a pipeline send holds its rank until the transfer is done (Megatron: batched isend/irecv "
+        "waited on, then torch.cuda.synchronize; 1F1B and GPipe); false: sends run beside the next compute")
     tp_comm_overlap: bool = Field(
         False, description="Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): every TP all-gather "
         "and reduce-scatter pipelined with the GEMM it feeds or follows; needs sequence_parallel")

@@ -1,4 +1,5 @@
-"""PyTorch DDP gradient buckets (``sharding: none``), and the parameter records they hold.
+"""Gradient buckets: PyTorch DDP's (``sharding: none``), Megatron-Core's (``zero.bucketing:
+megatron-core``, :func:`megatron_buckets`), and the parameter records they hold.
 
 Semantics (``torch/nn/parallel/distributed.py``, ``docs/source/notes/ddp.rst``;
 shared/REFERENCE.md §2.1): parameters are assigned to buckets in definition order with a
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Param", "Bucket", "assign_buckets"]
+__all__ = ["Param", "Bucket", "assign_buckets", "megatron_buckets"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +51,32 @@ def assign_buckets(params: list[Param], elem_bytes: float, cap_bytes: float, fir
     if current:
         buckets.append(current)
     return [Bucket(tuple(b), sum(p.numel for p in b) * elem_bytes) for b in reversed(buckets)]
+
+
+def megatron_buckets(params: list[Param], cap_elements: float | None, own_bucket: frozenset[str] = frozenset()) -> list[Bucket]:
+    """Megatron-Core's gradient (and parameter) buckets of one model chunk, in bucket order.
+
+    ``ParamAndGradBuffer.__init__`` (NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4
+    megatron/core/distributed/param_and_grad_buffer.py:296-345): the parameters are walked in
+    reverse definition order (roughly the order backward produces their gradients); a bucket is
+    closed as soon as it holds ``cap_elements`` or more (so a parameter larger than the cap
+    fills a bucket alone), and a parameter named in ``own_bucket`` (the shared embedding with
+    the distributed optimizer, :305-325) closes the bucket before it and gets one of its own;
+    ``cap_elements=None`` (no bucketing) puts everything else in one bucket. ``nbytes`` is
+    the bucket's element count: the caller multiplies by the bytes of what it moves."""
+    buckets: list[list[Param]] = []
+    current: list[Param] = []
+    size = 0.0
+    for p in reversed(params):
+        alone = p.name in own_bucket
+        if alone and current:
+            buckets.append(current)
+            current, size = [], 0.0
+        current.append(p)
+        size += p.numel
+        if alone or (cap_elements is not None and size >= cap_elements):
+            buckets.append(current)
+            current, size = [], 0.0
+    if current:
+        buckets.append(current)
+    return [Bucket(tuple(b), float(sum(p.numel for p in b))) for b in buckets]

@@ -15,9 +15,40 @@ at NVIDIA/Megatron-LM@d98e8a64: ``_make_forward_pre_hook``, ``finish_param_sync`
 all-gather of the updated parameters moves into the next step's forward, which this
 steady-state iteration stands for: buckets are formed over the parameters in reverse
 (backward) order and gathered in reverse bucket order, so the first layers' bucket goes
-first; a module's forward pre-hook dispatches its bucket's all-gather if nothing has yet
-(the first bucket), waits for it, and dispatches the next bucket's. Only a unit's first
-forward of the step waits; nothing is gathered after the optimizer step.
+first. The first bucket's all-gather is dispatched at the start of the step
+(``DistributedOptimizer.zero_grad``, megatron/core/optimizer/distrib_optimizer.py:1330-1337 at
+NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4), before the stage has its
+input; a module's forward pre-hook waits for its bucket and then dispatches the next
+bucket's (``_finish_param_sync_helper``, :1454-1475), which with
+CUDA_DEVICE_MAX_CONNECTIONS=1 (required with sequence parallelism,
+megatron/training/arguments.py:476-484) starts once that wait is passed: when the bucket is
+gathered and the compute before the module is done. Only a unit's first forward of the step
+waits; nothing is gathered after the optimizer step.
+
+``bucketing: megatron-core`` (stage 1: Megatron's distributed optimizer) forms the buckets as
+Megatron-Core's ``ParamAndGradBuffer`` does (NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4;
+:func:`~.buckets.megatron_buckets`), one set per model chunk, shared by the gradient
+reduce-scatter and the parameter all-gather:
+
+* bucket size ``max(reduce_bucket_size, bucket_size_per_dp_rank * dp)`` elements
+  (megatron/core/distributed/distributed_data_parallel.py:51-54), but a single bucket without
+  ``overlap_comm`` (:55-57), on every pipeline stage after the first (:71-72) and on every
+  model chunk after the first (``disable_bucketing``, megatron/training/training.py:455-458);
+* with pipeline parallelism the tied embedding (first stage) and output weight (last stage)
+  are a bucket of their own (param_and_grad_buffer.py:305-325);
+* with ``overlap_comm`` a first-stage bucket's reduce-scatter starts once every gradient in it
+  is ready during the last backward (``register_grad_ready`` only while
+  ``is_last_microbatch``, param_and_grad_buffer.py:172-187 and 537-549; ``no_sync`` for the
+  other micro-batches, distributed_data_parallel.py:232-243, schedules.py:1416-1417 and
+  1441-1442); the later stages keep ``no_sync`` through their whole backward and launch
+  their buckets after the cool-down (``--no-delay-grad-reduce`` unset: ``grad_sync_func``,
+  megatron/training/training.py:1001-1004, schedules.py:1455-1459); under the interleaved
+  schedule a chunk's buckets are launched after its last backward (schedules.py:745-759; on
+  stage p Megatron waits p more backward steps, not modelled); without ``overlap_comm`` every
+  bucket is reduced after the backward (``finish_grad_sync``, param_and_grad_buffer.py:154-165);
+* the parameter all-gather runs over the same buckets, chunk by chunk, each chunk's buckets
+  in reverse (``_get_model_param_buffer_dp_views``, distrib_optimizer.py:1339-1376): the
+  later stages gather their whole stage in one collective at the start of the step.
 """
 
 from __future__ import annotations
@@ -29,6 +60,7 @@ from dataclasses import dataclass, field
 from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
 from simulator.ir import OpName
 from simulator.workload.data_parallel.base import Strategy, gathered_bytes_per_element, grad_reduce_bytes
+from simulator.workload.data_parallel.buckets import Bucket, megatron_buckets
 from simulator.workload.emitter import Collective, RankEmitter
 
 __all__ = ["BucketedZero", "ZeroState"]
@@ -42,6 +74,9 @@ class ZeroState:
     gather_buckets: list[tuple[set[int], float]] = field(default_factory=list)  # (units, elements), gather order
     gathers: list[int] = field(default_factory=list)  # all-gather task of each bucket dispatched so far
     gated: set[int] = field(default_factory=set)  # units whose first forward already waited
+    buckets: list[Bucket] = field(default_factory=list)  # bucketing megatron-core: reduction buckets
+    launch_units: list[int | None] = field(default_factory=list)  # ... the unit whose last backward launches each
+    reduced: set[int] = field(default_factory=set)  # ... whose reduction is emitted
 
 
 @dataclass
@@ -72,7 +107,47 @@ class BucketedZero(Strategy[ZeroState]):
             return 0.0
         return min(self.scenario.parallelism.zero.reduce_bucket_size, params) * grad_reduce_bytes(self.scenario)
 
+    @property
+    def _megatron(self) -> bool:
+        return self.zero_stage == 1 and self.scenario.parallelism.zero.bucketing == "megatron-core"
+
+    def bucket_elements(self, size: int) -> int:
+        """A bucket size grown with the data-parallel size: max(size, bucket_size_per_dp_rank * dp)
+        (Megatron counts the data-parallel ranks without context parallelism)."""
+        return max(size, self.scenario.parallelism.zero.bucket_size_per_dp_rank * self.mesh.dp)
+
+    def megatron_chunk_buckets(self, stage: int) -> list[list[Bucket]]:
+        """Megatron-Core's buckets of each model chunk of ``stage`` (module docstring), in
+        bucket (reduction) order; ``nbytes`` counts elements."""
+        par, model = self.scenario.parallelism, self.scenario.model
+        out = []
+        for c, chunk in enumerate(self.layout.chunks_of_stage(stage)):
+            bucketed = self._overlap and stage == 0 and c == 0
+            cap = self.bucket_elements(par.zero.reduce_bucket_size) if bucketed else None
+            own: set[str] = set()
+            if par.pp > 1 and model.tied_embeddings:
+                own |= {"embedding"} if chunk.embedding else set()
+                own |= {"final_norm+output"} if chunk.logits else set()
+            out.append(megatron_buckets(self.layout.chunk_params(chunk), cap, frozenset(own)))
+        return out
+
+    def launch_units(self, stage: int) -> list[int | None]:
+        """For each Megatron-Core bucket of ``stage`` (bucket order), the unit after whose last
+        backward its reduction is launched; None: after the stage's backward (module docstring)."""
+        interleaved = self.scenario.parallelism.pipeline_schedule == "interleaved"
+        out: list[int | None] = []
+        for chunk in self.megatron_chunk_buckets(stage):
+            chunk_end = min(b.ready_unit for b in chunk)
+            for b in chunk:
+                if not self._overlap or (stage > 0 and not interleaved):
+                    out.append(None)
+                else:
+                    out.append(chunk_end if interleaved else b.ready_unit)
+        return out
+
     def boundary_units(self, stage: int, phase: str, last: bool) -> set[int] | None:
+        if phase == "bwd" and self._megatron:
+            return {u for u in self.launch_units(stage) if u is not None} if last else set()
         if phase == "bwd" and (self.zero_stage == 2 or (last and self._overlap)):
             return None
         if phase == "fwd" and self._gather_in_forward:
@@ -85,15 +160,23 @@ class BucketedZero(Strategy[ZeroState]):
 
     def start_rank(self, rank: int) -> ZeroState:
         state = ZeroState()
-        if self._gather_in_forward:
-            state.gather_buckets = self._gather_buckets(self.mesh.stage(rank))
+        stage = self.mesh.stage(rank)
+        if self._megatron:
+            chunks = self.megatron_chunk_buckets(stage)
+            state.buckets = [b for chunk in chunks for b in chunk]
+            state.launch_units = self.launch_units(stage)
+            if self._gather_in_forward:
+                state.gather_buckets = [({p.unit for p in b.params}, b.nbytes) for chunk in chunks
+                                        for b in reversed(chunk)]
+        elif self._gather_in_forward:
+            state.gather_buckets = self._gather_buckets(stage)
         return state
 
     def _gather_buckets(self, stage: int) -> list[tuple[set[int], float]]:
         """(units, elements) of the parameter all-gather buckets in the order they are gathered:
         filled over the parameters in reverse order, up to allgather_bucket_size elements
         (a parameter larger than that fills a bucket alone), then reversed."""
-        cap = self.scenario.parallelism.zero.allgather_bucket_size
+        cap = self.bucket_elements(self.scenario.parallelism.zero.allgather_bucket_size)
         buckets: list[tuple[set[int], float]] = []
         units: set[int] = set()
         size = 0.0
@@ -111,10 +194,14 @@ class BucketedZero(Strategy[ZeroState]):
         return gathered_bytes_per_element(self.scenario, self.layout.stage_params(stage))
 
     def _dispatch_gather(self, emit: RankEmitter[ZeroState], deps: list[int]) -> None:
+        """The next bucket's all-gather: the first at the start of the step (the optimizer's
+        ``zero_grad``), each later one once the one before it is done and the compute that
+        waits for that one may start (``deps``): with CUDA_DEVICE_MAX_CONNECTIONS=1 it is
+        queued behind that wait and the kernels launched before it."""
         state = emit.state
         index = len(state.gathers)
         _, elements = state.gather_buckets[index]
-        after = [state.gathers[-1]] if state.gathers else deps
+        after = [state.gathers[-1], *deps] if state.gathers else []
         state.gathers.append(emit.collective(Collective(
             "zero.param_allgather", "all_gather", self.grad_axis, elements * self._gather_elem_bytes(emit.stage),
             stream="dp", key=("params", index)), after))
@@ -141,10 +228,13 @@ class BucketedZero(Strategy[ZeroState]):
         if self.zero_stage == 1 and not last:
             return
         state = emit.state
+        if self._megatron:
+            self._reduce_buckets(emit, [i for i, u in enumerate(state.launch_units) if u == unit], [task])
+            return
         state.pending += self.layout.unit_numel(emit.stage, unit)
         if self.zero_stage == 1 and not self._overlap:
             return  # reduced after the stage's last backward (finish_rank)
-        bucket = self.scenario.parallelism.zero.reduce_bucket_size
+        bucket = self.bucket_elements(self.scenario.parallelism.zero.reduce_bucket_size)
         if state.pending >= bucket:
             count = int(state.pending // bucket)
             self._reduce(emit, count * bucket, count, [task], key=(mb, unit))
@@ -160,10 +250,19 @@ class BucketedZero(Strategy[ZeroState]):
         if not self._overlap:
             emit.state.wait.append(tid)
 
+    def _reduce_buckets(self, emit: RankEmitter[ZeroState], indices: list[int], deps: list[int]) -> None:
+        """Megatron-Core buckets ``indices``: one reduction each, in bucket order."""
+        for i in indices:
+            if i not in emit.state.reduced:
+                emit.state.reduced.add(i)
+                self._reduce(emit, emit.state.buckets[i].nbytes, 1, deps, key=("bucket", i))
+
     def finish_rank(self, emit: RankEmitter[ZeroState]) -> None:
         state = emit.state
+        if self._megatron and self.dp_ranks > 1:
+            self._reduce_buckets(emit, list(range(len(state.buckets))), [emit.last_compute])
         if state.pending > 0 and self.dp_ranks > 1:
-            bucket = self.scenario.parallelism.zero.reduce_bucket_size
+            bucket = self.bucket_elements(self.scenario.parallelism.zero.reduce_bucket_size)
             count = 1 if self._overlap else max(1, math.ceil(state.pending / bucket))
             self._reduce(emit, state.pending, count, [emit.last_compute], key="tail")
             state.pending = 0.0
@@ -177,8 +276,8 @@ class BucketedZero(Strategy[ZeroState]):
         else:
             deps = [emit.optimizer(deps, shard)]
         if self.dp_ranks > 1 and not self._gather_in_forward:  # updated 16-bit shards into every rank's parameters
-            bucket = self.scenario.parallelism.zero.allgather_bucket_size
-            count = max(1, math.ceil(params / bucket))
+            bucket = self.bucket_elements(self.scenario.parallelism.zero.allgather_bucket_size)
+            count = len(state.buckets) if self._megatron else max(1, math.ceil(params / bucket))
             emit.collective(Collective("zero.param_allgather", "all_gather", self.grad_axis,
                                        params * self._gather_elem_bytes(emit.stage) / count, stream="dp", key="params",
                                        count=count), deps)

@@ -6,7 +6,15 @@ For every action of the schedule (:mod:`.schedules`) the rank receives its input
 (:class:`~simulator.workload.layers.LayerEmitter`; the strategy's ``before``/``after`` hooks
 around each), and sends its output on. A receive is posted when the rank's previous compute
 is issued (``last_compute``); the sender and receiver join on one key, so the transfer starts
-when both are ready.
+when both are ready. With ``parallelism.p2p_blocking`` a send holds its rank: the rank's next
+pass starts only once the transfer is done (Megatron's ``_communicate`` waits on the batched
+isend/irecv and then calls ``torch.cuda.synchronize``, megatron/core/pipeline_parallel/
+p2p_communication.py:350-371 at NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4;
+megatron/p2p_communication.py:131-136 at 77efcccb); otherwise it runs beside the next compute.
+Only the non-interleaved schedules hold: Megatron's interleaved schedule posts the receives of
+the next step in the same batch as the sends (``send_forward_backward_recv_forward_backward``,
+schedules.py:819 and 1029 at f2e5db40), which this per-pass emission (a receive posted when its
+pass comes) does not mirror, and holding its sends would wait on receives not yet posted.
 """
 
 from __future__ import annotations
@@ -35,12 +43,14 @@ class PipelineEmitter:
         self.strategy = strategy
         shard = layers.shard
         self.p2p_bytes = shard.norm_tokens * scenario.model.hidden * shard.elem
+        self._held: list[int] = []  # p2p_blocking: the send the rank's next pass waits for
 
     def emit_rank(self, emit: RankEmitter[Any]) -> None:
         par = self.sc.parallelism
         schedule = pipeline_schedule(par.pipeline_schedule, par.pp, emit.stage, self.sc.micro_batches,
                                      par.virtual_stages)
         last_b = {}
+        self._held = []
         for i, action in enumerate(schedule):
             if action.kind == "B":
                 last_b[action.chunk] = i
@@ -57,23 +67,33 @@ class PipelineEmitter:
     def _forward(self, emit: RankEmitter[Any], action: Action) -> None:
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
         mb = action.microbatch
-        deps: list[int] = []
+        deps: list[int] = self._release()
         if chunk.index > 0:
             deps.append(self._p2p(emit, chunk.index - 1, chunk.index, mb, "act", sending=False, deps=None))
         deps = self._run_units(emit, chunk, self.layout.units_of(chunk), "fwd", mb, deps, last=False)
         if not chunk.logits:
-            self._p2p(emit, chunk.index, chunk.index + 1, mb, "act", sending=True, deps=deps)
+            self._hold(self._p2p(emit, chunk.index, chunk.index + 1, mb, "act", sending=True, deps=deps))
 
     def _backward(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> None:
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
         mb = action.microbatch
-        deps: list[int] = []
+        deps: list[int] = self._release()
         if not chunk.logits:
             deps.append(self._p2p(emit, chunk.index + 1, chunk.index, mb, "grad", sending=False, deps=None))
         units = list(reversed(self.layout.units_of(chunk)))
         deps = self._run_units(emit, chunk, units, "bwd", mb, deps, last=last)
         if not chunk.embedding:
-            self._p2p(emit, chunk.index, chunk.index - 1, mb, "grad", sending=True, deps=deps)
+            self._hold(self._p2p(emit, chunk.index, chunk.index - 1, mb, "grad", sending=True, deps=deps))
+
+    def _hold(self, send: int) -> None:
+        """p2p_blocking: the rank's next pass waits for this send (module docstring)."""
+        par = self.sc.parallelism
+        if par.p2p_blocking and par.pipeline_schedule != "interleaved":
+            self._held.append(send)
+
+    def _release(self) -> list[int]:
+        held, self._held = self._held, []
+        return held
 
     def _run_units(self, emit: RankEmitter[Any], chunk: Chunk, units: list[int], phase: str, mb: int,
                    deps: list[int], *, last: bool) -> list[int]:
