@@ -57,7 +57,7 @@ class LayerEmitter:
                              comm_overlap=par.tp_comm_overlap,
                              selective=kind == "block" and train.recompute == "selective" and phase == "bwd")
             found = self._steps[key] = timed(layer_steps(spec), self.profile, train.precision,
-                                             self.shard.flash_version)
+                                             self.shard.attention_kernel)
         return found
 
     def jobs(self, unit: int, phase: str) -> list[Job]:

@@ -90,12 +90,12 @@ def base_steps(spec: LayerSpec) -> list[Step]:
         ComputeStep("logits.bwd", tuple(backward_of(fwd)))]
 
 
-def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_version: int | str) -> list[TimedStep]:
+def timed(steps: list[Step], profile: ComputeProfile, precision: str, attention_kernel: str) -> list[TimedStep]:
     """Each compute step with its roofline time and FLOPs; collectives untimed (the network's)."""
     out = []
     for step in steps:
         if isinstance(step, ComputeStep):
-            duration = kernels_time_s(profile, list(step.kernels), precision, flash_version)
+            duration = kernels_time_s(profile, list(step.kernels), precision, attention_kernel)
             out.append(TimedStep(step, duration, sum(k.flops for k in step.kernels)))
         else:
             out.append(TimedStep(step))
