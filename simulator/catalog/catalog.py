@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from simulator.catalog.frameworks import FrameworkProfile
 from simulator.catalog.hardware import GpuSpec, NcclConstants, NodeTypeSpec, TransportSpec
+from simulator.catalog.kernels import AttentionKernelsSpec
 from simulator.catalog.profiles import ProfileSpec
 from simulator.datadirs import models_dir, topologies_dir
 from simulator.errors import ScenarioError
@@ -63,6 +64,10 @@ class CatalogDirs:
     @property
     def calibration(self) -> Path:
         return self.topologies / "calibration"
+
+    @property
+    def kernels(self) -> Path:
+        return self.topologies / "kernels"
 
     def stamp(self) -> tuple[tuple[str, int, int], ...]:
         """(path, mtime in ns, size) of every YAML file the catalog may read, sorted."""
@@ -110,6 +115,7 @@ class Catalog:
         self._presets: dict[str, Preset] = {}
         self._frameworks: dict[str, FrameworkProfile] = {}
         self._profiles: dict[tuple[str, int, int], ProfileSpec] = {}
+        self._attention: AttentionKernelsSpec | None = None
 
     @classmethod
     def load(cls, dirs: CatalogDirs | Path | str | None = None) -> Catalog:
@@ -240,6 +246,17 @@ class Catalog:
             root = load_mapping(path, "a framework profile (name, description, settings, not_modelled)")
             self._frameworks[name] = _validate(FrameworkProfile, to_plain(root), path, root)
         return self._frameworks[name]
+
+    # -- kernel benchmark tables ----------------------------------------------------------
+
+    @property
+    def attention_kernels(self) -> AttentionKernelsSpec:
+        """Published fused-attention speed per GPU and kernel (``kernels/attention.yaml``)."""
+        if self._attention is None:
+            path = self.dirs.kernels / "attention.yaml"
+            root = load_yaml(path)
+            self._attention = _validate(AttentionKernelsSpec, to_plain(root), path, root)
+        return self._attention
 
     # -- calibration profiles -----------------------------------------------------------
 

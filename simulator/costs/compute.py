@@ -7,6 +7,13 @@ precision, interpolated in log10(FLOPs) and clamped at its ends: small kernels c
 the GPU, large ones approach a ceiling below the datasheet peak. The tables are data (a
 :class:`ComputeProfile`), loaded from ``topologies/calibration/``: built-in defaults per GPU
 from published measurements, or a profile measured with ``dtsim calibrate``.
+
+Fused attention on a GPU with published kernel benchmarks (``topologies/kernels/attention.yaml``,
+:mod:`simulator.costs.attention`) runs at the named kernel's rate for its sequence length,
+head dim and mask instead of the FLOP curve:
+
+    time = max(FLOPs / (rate(kernel, seq, head_dim, causal, pass) * sustained_compute_fraction),
+               bytes / (HBM bandwidth * eff_mem)) + launch
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from simulator.costs.attention import SPEED_WITHOUT_TABLE, AttentionShape, KernelRates
 from simulator.costs.dtypes import nearest_precision
 
 __all__ = ["EfficiencyCurve", "ComputeProfile", "gemm_time_s", "attention_time_s", "memory_time_s", "roofline_time_s"]
@@ -56,6 +64,9 @@ class ComputeProfile:
 
     ``gemm``, ``attention_fwd`` and ``attention_bwd`` map a precision to its curve; a
     precision missing from a table falls back to the ``bf16`` (else first) entry.
+    ``attention_kernels`` holds the published fused-attention tables of the GPU by kernel name
+    (empty for a GPU without them and for a measured profile, whose attention curves describe
+    the kernel it measured).
     """
 
     name: str
@@ -70,6 +81,7 @@ class ComputeProfile:
     calibrated: bool = False
     source: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+    attention_kernels: dict[str, KernelRates] = field(default_factory=dict)
 
     def peak(self, precision: str) -> float:
         peak = self.peak_flops_per_s.get(precision)
@@ -114,10 +126,24 @@ def gemm_time_s(profile: ComputeProfile, m: float, n: float, k: float, precision
 
 
 def attention_time_s(
-    profile: ComputeProfile, flops: float, nbytes: float, precision: str, *, backward: bool
+    profile: ComputeProfile, flops: float, nbytes: float, precision: str, *, backward: bool,
+    kernel: str = "fa2", shape: AttentionShape | None = None,
 ) -> float:
-    """A fused (FlashAttention-style) attention kernel executing ``flops``."""
-    rate = profile.peak(precision) * profile.attention_efficiency(flops, precision, backward)
+    """A fused attention ``kernel`` executing ``flops`` (the FlashAttention FLOP convention).
+
+    With the kernel's published table on this GPU and the call's ``shape``, the FLOPs run at
+    the table's rate x ``sustained_compute_fraction`` (the masked share at the causal rate);
+    otherwise at the profile's FLOP-efficiency curve, as if the work were ``flops / speed``
+    (:data:`~simulator.costs.attention.SPEED_WITHOUT_TABLE`: the kernel's speed relative to
+    FlashAttention-2, which the curves describe).
+    """
+    rates = profile.attention_kernels.get(kernel)
+    if rates is not None and shape is not None:
+        compute_s = rates.time_s(flops, shape, backward=backward) / profile.sustained_compute_fraction
+        rate = flops / compute_s if compute_s > 0 else 1.0
+    else:
+        work = flops / SPEED_WITHOUT_TABLE[kernel]
+        rate = profile.peak(precision) * profile.attention_efficiency(work, precision, backward) * flops / work
     return roofline_time_s(flops, nbytes, rate, profile.memory_bytes_per_s, profile.launch_overhead_s)
 
 

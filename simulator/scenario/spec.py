@@ -29,6 +29,7 @@ from pydantic.json_schema import SkipJsonSchema
 from simulator.catalog import GpuSpec, NodeTypeSpec
 from simulator.errors import InfeasibleError, ScenarioError
 from simulator.fields import Frozen, Precision
+from simulator.scenario.attention import AttentionKernel, check_attention_kernel, effective_attention_kernel
 from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
 from simulator.scenario.fp8 import Fp8Spec
 from simulator.scenario.framework import GENERIC, Framework, apply_framework, framework_settings, source_of
@@ -152,7 +153,18 @@ class TrainingSpec(Frozen):
     flash_attention: bool = Field(True, description="fused attention that never stores the s x s scores")
     flash_attention_version: Literal[1, 2, 3, "triton"] = Field(
         2, description="fused-attention kernel (speed): 1 (FlashAttention, 2022), 2 (FlashAttention-2, default), "
-        "3 (FlashAttention-3, Hopper only), triton (the Triton FlashAttention of 2023, e.g. MPT's attn_impl: triton)"
+        "3 (FlashAttention-3, Hopper only), triton (the Triton FlashAttention of 2023, e.g. MPT's attn_impl: triton); "
+        "the same as attention_kernel fa1 / fa2 / fa3 / triton-2023"
+    )
+    attention_kernel: AttentionKernel | None = Field(
+        None, description="attention kernel, timed from its published benchmarks (topologies/kernels/attention.yaml) "
+        "by sequence length, head dim and causal mask: fa2 (FlashAttention-2), fa3 (FlashAttention-3, Hopper only), "
+        "cudnn (cuDNN fused attention, Transformer Engine's FusedAttention; Ampere/Hopper), triton (OpenAI Triton's "
+        "fused-attention tutorial kernel, 2024; Ampere/Hopper), triton-2023 (the Triton FlashAttention of 2023, "
+        "MPT's attn_impl: triton), fa1, unfused (scores materialised, as flash_attention: false). Default (null): "
+        "the framework profile's kernel, else flash_attention / flash_attention_version (fa2). Written in the "
+        "scenario it wins over a profile; contradicting flash_attention or flash_attention_version also written "
+        "there is an error"
     )
     optimizer: Literal["adam", "sgd"] = Field("adam", description="adam: K = 12 bytes/param of fp32 states")
     grad_reduce_dtype: Literal["auto", "fp32", "bf16", "fp16", "fp32-for-bf16"] = Field(
@@ -218,6 +230,11 @@ class Scenario(Frozen):
         profile), ``"scenario"`` (the file or ``--set``) or ``"default"`` (dtsim's default)."""
         return source_of(self, path)
 
+    @property
+    def attention_kernel(self) -> str:
+        """The attention kernel the scenario runs (:mod:`simulator.scenario.attention`)."""
+        return effective_attention_kernel(self.training, self.source_of)
+
     def framework_settings(self) -> list[tuple[str, Any, str]]:
         """(path, effective value, source) of the profile's settings that differ from ``generic``."""
         return framework_settings(self)
@@ -268,11 +285,7 @@ class Scenario(Frozen):
             )
         self._check_pipeline()
         self._check_sharding()
-        if train.flash_attention_version == 3 and cluster.gpu_spec.architecture != "hopper":
-            raise InfeasibleError(
-                f"FlashAttention-3 needs a Hopper GPU ({cluster.gpu_spec.full_name} is {cluster.gpu_spec.architecture})",
-                field="training.flash_attention_version",
-            )
+        check_attention_kernel(train, self.source_of, cluster.gpu_spec.architecture, cluster.gpu_spec.full_name)
         peak = cluster.gpu_spec.peak_flops_per_s(train.precision)
         if peak is None:
             raise InfeasibleError(

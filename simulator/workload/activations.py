@@ -61,9 +61,8 @@ def shard_of(scenario: Scenario) -> Shard:
     """What one rank holds of one micro-batch under the scenario's layout."""
     par, train = scenario.parallelism, scenario.training
     return Shard(batch=train.micro_batch, seq=scenario.model.seq_len, tp=par.tp, cp=par.cp,
-                 sequence_parallel=par.sequence_parallel and par.tp > 1, flash=train.flash_attention,
-                 precision=train.precision, flash_version=train.flash_attention_version, fp8=fp8_casting(scenario),
-                 compile=train.compile)
+                 sequence_parallel=par.sequence_parallel and par.tp > 1, precision=train.precision,
+                 attention_kernel=scenario.attention_kernel, fp8=fp8_casting(scenario), compile=train.compile)
 
 
 def eager_saved_bytes(scenario: Scenario) -> float:
@@ -101,7 +100,7 @@ class ActivationSizes:
             return layer_activation_bytes(
                 seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads,
                 ffn_hidden=m.ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
-                recompute=recompute, flash_attention=train.flash_attention, dropout=m.dropout,
+                recompute=recompute, flash_attention=shard.flash, dropout=m.dropout,
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
             )
 

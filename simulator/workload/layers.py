@@ -61,7 +61,7 @@ class LayerEmitter:
             # the micro-batch's host work (data loader, inputs) precedes its first layer
             per_mb = self.host.microbatch_s if (kind, phase) == ("embedding", "fwd") else 0.0
             found = self._steps[key] = timed(layer_steps(spec), self.profile, train.precision,
-                                             self.shard.flash_version, self.host, per_mb)
+                                             self.shard.attention_kernel, self.host, per_mb)
         return found
 
     def jobs(self, unit: int, phase: str) -> list[Job]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.costs import compute as cc
+from simulator.costs.attention import AttentionShape
 from simulator.costs.dtypes import activation_bytes
 from simulator.costs.elementwise import (
     rmsnorm_bytes_per_element,
@@ -44,15 +45,6 @@ __all__ = ["Kernel", "Shard", "block_forward", "block_backward", "embedding_forw
 # dK) against 2 (Dao 2023, "FlashAttention-2", §3.1).
 FLASH_BWD_FLOP_RATIO = 2.5
 
-# Speed of each fused-attention kernel relative to the efficiency tables (which describe
-# FlashAttention-2): FlashAttention-2 is "around 2x faster" than FlashAttention, which reached
-# "25-40% of the theoretical maximum FLOPs/s" on A100 (Dao 2023, abstract and §4); it is
-# 1.3-2.5x faster than the Triton implementation of FlashAttention (Dao 2023, §4.1): the
-# geometric middle, 1.8x; FlashAttention-3 is "1.5-2.0x faster than FlashAttention-2" in FP16
-# on H100 (Shah et al. 2024, abstract): 1.5.
-FLASH_VERSION_SPEED: dict[int | str, float] = {1: 0.5, 2: 1.0, 3: 1.5, "triton": 1 / 1.8}
-
-
 @dataclass(frozen=True, slots=True)
 class Kernel:
     name: str
@@ -64,22 +56,28 @@ class Kernel:
     precision: str = ""  # a GEMM's tensor-core format; "" = the run's precision
     fp8: Fp8Casting | None = None  # an fp8 GEMM: how its operands are cast (its backward casts its gradient)
     of: str = ""  # a cast kernel: the GEMM pass it feeds (qkv, qkv.dgrad, ...), which passes keep it with
+    attn: AttentionShape | None = None  # fused attention: what the kernel tables look up
 
 
 @dataclass(frozen=True)
 class Shard:
-    """What one rank holds of one micro-batch: batch b, sequence s (full), splits t and cp."""
+    """What one rank holds of one micro-batch: batch b, sequence s (full), splits t and cp, and
+    the attention kernel (``unfused`` materialises the scores; every other kernel is fused)."""
 
     batch: int
     seq: int
     tp: int = 1
     cp: int = 1
     sequence_parallel: bool = False
-    flash: bool = True
     precision: str = "bf16"
-    flash_version: int | str = 2
+    attention_kernel: str = "fa2"
     fp8: Fp8Casting | None = None  # how the fp8 GEMMs cast (precision fp8 only)
     compile: bool | None = None  # training.compile: None = framework-fused kernels, True = Inductor, False = eager
+
+    @property
+    def flash(self) -> bool:
+        """A fused attention kernel that never stores the s x s scores."""
+        return self.attention_kernel != "unfused"
 
     @property
     def tokens(self) -> float:
@@ -149,7 +147,12 @@ def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool =
     hp = shard.gemm_precision
     if shard.flash:
         io = (2 * b * s_q * heads * d + 2 * b * s_k * kv * d) * e
-        core = [Kernel("attention", "attention", core_flops * causal, io, None, "attn")]
+        # the table's length is the block one call runs: s/cp (a ring step's local queries
+        # against one rank's keys); with a load-balanced causal split only the diagonal step
+        # (1/cp of the FLOPs) is masked (Megatron-Core / Transformer Engine context parallelism)
+        masked = (1.0 / shard.cp) if model.causal else 0.0
+        shape = AttentionShape(s_q, d, masked)
+        core = [Kernel("attention", "attention", core_flops * causal, io, None, "attn", attn=shape)]
     else:
         scores = b * heads * s_q * s_k
         core = [
@@ -219,7 +222,7 @@ def backward_of(kernels: list[Kernel]) -> list[Kernel]:
             continue
         elif k.kind == "attention":
             out.append(Kernel(k.name + ".bwd", "attention", FLASH_BWD_FLOP_RATIO * k.flops, 2 * k.nbytes, None,
-                              k.section))
+                              k.section, attn=k.attn))
         else:
             out.append(Kernel(k.name + ".bwd", "memory", 0.0, 2 * k.nbytes, None, k.section))
     return out
@@ -269,9 +272,10 @@ def optimizer_kernel(n_params: float, precision: str, optimizer: str) -> Kernel:
     return _memory("optimizer", n_params * per, "optimizer")
 
 
-def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, flash_version: int | str = 2) -> float:
+def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, attention_kernel: str = "fa2") -> float:
     """Roofline time of one kernel: a GEMM at its own precision's tensor-core peak (the run's
-    ``precision`` if it names none), fused attention 16-bit, casts and the rest memory bound."""
+    ``precision`` if it names none), fused attention 16-bit at the named ``attention_kernel``'s
+    published rate (:func:`simulator.costs.compute.attention_time_s`), casts and the rest memory bound."""
     if kernel.kind == "gemm":
         assert kernel.mnk is not None
         precision = kernel.precision or precision
@@ -281,11 +285,11 @@ def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, fl
     if kernel.kind == "attention":
         backward = kernel.name.endswith(".bwd")
         attn_precision = "bf16" if precision == "fp8" else precision
-        speed = FLASH_VERSION_SPEED[flash_version]
-        return cc.attention_time_s(profile, kernel.flops / speed, kernel.nbytes, attn_precision, backward=backward)
+        return cc.attention_time_s(profile, kernel.flops, kernel.nbytes, attn_precision, backward=backward,
+                                   kernel=attention_kernel, shape=kernel.attn)
     return cc.memory_time_s(profile, kernel.nbytes)
 
 
 def kernels_time_s(profile: cc.ComputeProfile, kernels: list[Kernel], precision: str,
-                   flash_version: int | str = 2) -> float:
-    return sum(kernel_time_s(profile, k, precision, flash_version) for k in kernels)
+                   attention_kernel: str = "fa2") -> float:
+    return sum(kernel_time_s(profile, k, precision, attention_kernel) for k in kernels)

@@ -1,11 +1,16 @@
 """The compute profile a simulation uses: a measured one (``cluster.calibration``) or the
-built-in tables for the GPU, turned into the pure :class:`~simulator.costs.compute.ComputeProfile`."""
+built-in tables for the GPU, turned into the pure :class:`~simulator.costs.compute.ComputeProfile`.
+
+The built-in profile of a GPU with published attention-kernel benchmarks
+(``topologies/kernels/attention.yaml``) carries them; a measured profile does not (its attention
+curves describe the kernel it measured)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from simulator.catalog import Catalog, GpuSpec
+from simulator.catalog import Catalog, GpuSpec, default_catalog
 from simulator.costs.compute import ComputeProfile, EfficiencyCurve
 from simulator.costs.dtypes import nearest_precision
 from simulator.errors import ScenarioError
@@ -28,7 +33,11 @@ def compute_profile(gpu: GpuSpec, calibration: str | None, catalog: Catalog | No
         raise ScenarioError(f"no compute profile for GPU {gpu.name!r} at {path}", field="cluster.calibration")
     spec = load_profile_spec(str(path), catalog)
     name = str(path) if calibration else f"builtin:{gpu.name}"
-    return profile_from_spec(spec, gpu, name)
+    profile = profile_from_spec(spec, gpu, name)
+    if calibration or spec.calibrated:
+        return profile
+    kernels = (catalog or default_catalog()).attention_kernels.rates(gpu.name)
+    return replace(profile, attention_kernels=kernels)
 
 
 def profile_from_spec(spec: ProfileSpec, gpu: GpuSpec | None, name: str) -> ComputeProfile:

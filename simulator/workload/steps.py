@@ -114,7 +114,7 @@ def split_casts(steps: list[Step]) -> list[Step]:
     return out
 
 
-def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_version: int | str,
+def timed(steps: list[Step], profile: ComputeProfile, precision: str, attention_kernel: str,
           host: HostCosts = NO_HOST, extra_host_s: float = 0.0) -> list[TimedStep]:
     """Each compute step of one layer pass with its time and FLOPs; collectives untimed (the
     network's).
@@ -126,7 +126,7 @@ def timed(steps: list[Step], profile: ComputeProfile, precision: str, flash_vers
     an in-layer pass splits it into steps.
     """
     compute = [s for s in steps if isinstance(s, ComputeStep)]
-    gpu = {id(s): kernels_time_s(profile, list(s.kernels), precision, flash_version) for s in compute}
+    gpu = {id(s): kernels_time_s(profile, list(s.kernels), precision, attention_kernel) for s in compute}
     gpu_s = sum(gpu.values())
     host_s = host_time_s(sum(len(s.kernels) for s in compute), host, extra_host_s)
     stretch = issue_bound_time_s(gpu_s, host_s) / gpu_s if gpu_s > 0 else 1.0
