@@ -72,7 +72,8 @@ def test_rate_interpolates_in_log2_and_clamps():
 def test_derived_tables_follow_the_stated_rules():
     """Triton has no published backward: its forward x FA2 backward / forward, 389 x 310 / 368 at
     4k non-causal hd128. A100 (estimate): H100 FA2 x 230/370 (0.6216): 319 x 0.6216 at 4k causal;
-    triton-2023 = FA2 x 0.5556. H100 NVL: H100 x 0.8444 (dense-peak ratio). H200: H100's."""
+    triton-2023 = FA2 x 0.5556. H100 NVL: H100 x 0.8444 (dense-peak ratio); H100 96GB HBM2e (500 W):
+    H100 x 0.9222 (912.45 / 989.4). H200: H100's."""
     assert _rates("h100-sxm", "triton").rate_flops_per_s(4096, 128, causal=False, backward=True) == pytest.approx(
         389 * 310 / 368 * T)
     assert _rates("a100-80gb").rate_flops_per_s(4096, 128, causal=True, backward=False) == pytest.approx(
@@ -81,6 +82,8 @@ def test_derived_tables_follow_the_stated_rules():
         pytest.approx(319 * 0.6216 * 0.5556 * T)
     assert _rates("h100-nvl").rate_flops_per_s(4096, 128, causal=True, backward=False) == pytest.approx(
         319 * 0.8444 * T)
+    assert _rates("h100-96gb-hbm2e").rate_flops_per_s(4096, 128, causal=True, backward=False) == pytest.approx(
+        319 * 0.9222 * T)
     assert _rates("h200").rate_flops_per_s(4096, 128, causal=True, backward=False) == pytest.approx(319 * T)
     assert "fa3" not in default_catalog().attention_kernels.rates("a100-80gb")
     assert default_catalog().attention_kernels.rates("v100-32gb") == {}

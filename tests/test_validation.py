@@ -29,7 +29,7 @@ THRESHOLDS = {
     "llm-foundry": (0.065, 0.245),
     "megatron-core": (0.095, 0.310),
     "megatron-sc21": (0.085, 0.125),
-    "torchtitan": (0.150, 0.370),
+    "torchtitan": (0.095, 0.280),
 }
 COLLECTIVES = (0.060, 0.190)
 
