@@ -1,0 +1,69 @@
+"""The ``training`` and ``sim`` sections of a scenario: batch, precision and its fp8 recipe,
+recomputation, attention kernel, optimizer, gradient-reduction dtype, kernel fusion and host
+costs; and how the simulation itself runs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from simulator.fields import Frozen, Precision
+from simulator.scenario.attention import AttentionKernel
+from simulator.scenario.fp8 import Fp8Spec
+from simulator.scenario.host import HostSpec
+
+__all__ = ["TrainingSpec", "SimSpec", "Recompute"]
+
+Recompute = Literal["none", "selective", "full"]
+
+
+class TrainingSpec(Frozen):
+    micro_batch: PositiveInt = Field(1, description="sequences per micro-batch per data-parallel rank (default 1)")
+    global_batch: PositiveInt = Field(description="sequences per iteration, all data-parallel ranks together")
+    precision: Precision = Field("bf16", description="compute precision; fp16/bf16/fp8 use fp32 master weights")
+    fp8: Fp8Spec = Field(default_factory=Fp8Spec, description="the fp8 recipe, GEMMs and all-gather dtype "
+                         "(read only when precision is fp8)")
+    recompute: Recompute = Field("none", description="activation recomputation (Korthikanti et al. 2022)")
+    flash_attention: bool = Field(True, description="fused attention that never stores the s x s scores")
+    flash_attention_version: Literal[1, 2, 3, "triton"] = Field(
+        2, description="fused-attention kernel (speed): 1 (FlashAttention, 2022), 2 (FlashAttention-2, default), "
+        "3 (FlashAttention-3, Hopper only), triton (the Triton FlashAttention of 2023, e.g. MPT's attn_impl: triton); "
+        "the same as attention_kernel fa1 / fa2 / fa3 / triton-2023"
+    )
+    attention_kernel: AttentionKernel | None = Field(
+        None, description="attention kernel, timed from its published benchmarks (topologies/kernels/attention.yaml) "
+        "by sequence length, head dim and causal mask: fa2 (FlashAttention-2), fa3 (FlashAttention-3, Hopper only), "
+        "cudnn (cuDNN fused attention, Transformer Engine's FusedAttention; Ampere/Hopper), triton (OpenAI Triton's "
+        "fused-attention tutorial kernel, 2024; Ampere/Hopper), triton-2023 (the Triton FlashAttention of 2023, "
+        "MPT's attn_impl: triton), fa1, unfused (scores materialised, as flash_attention: false). Default (null): "
+        "the framework profile's kernel, else flash_attention / flash_attention_version (fa2). Written in the "
+        "scenario it wins over a profile; contradicting flash_attention or flash_attention_version also written "
+        "there is an error"
+    )
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="adam: K = 12 bytes/param of fp32 states")
+    grad_reduce_dtype: Literal["auto", "fp32", "bf16", "fp16", "fp32-for-bf16"] = Field(
+        "auto", description="dtype of gradient reductions; auto = the parameters' training dtype; fp32-for-bf16 = "
+        "fp32 when training in bf16, else the training dtype (Megatron's fp32 main gradients)"
+    )
+    grad_clipping: bool = Field(True, description="gradient-norm all-reduce before the optimizer step")
+    compile: bool | None = Field(
+        None, description="how a block's elementwise and normalization ops run: null (default) = the framework's "
+        "fused kernels (one read of each input, one write of each output: Megatron/Apex/Transformer Engine fused "
+        "norm, activation and rotary kernels); true = torch.compile (Inductor fuses each block's pointwise and "
+        "reduction chains into kernels of that cost); false = eager PyTorch, one kernel per op with fp32 upcasts "
+        "(a composite RMSNorm, SiLU-times-up, complex rotary), which also keeps their fp32 intermediates for the "
+        "backward when those are not recomputed")
+    host: HostSpec = Field(default_factory=HostSpec, description="host-side issue costs: CPU time per launched op, "
+                           "per micro-batch and per step (simulator/costs/host.py)")
+
+
+class SimSpec(Frozen):
+    network: Literal["flow", "analytical"] = Field(
+        "flow", description="flow: max-min fair flows with contention; analytical: closed-form alpha-beta"
+    )
+    symmetry: Literal["auto", "off"] = Field("auto", description="auto: simulate identical ranks once")
+    seed: int = Field(0, ge=0)
+    overlap_slowdown: float | None = Field(
+        None, ge=0, description="compute slows by this fraction while a collective of the same GPU is in flight; "
+        "default: the measured average in topologies/nccl.yaml (0 = ideal overlap)")
