@@ -57,6 +57,18 @@ def test_source_error_within_threshold(validation, source):
         f"{source} worst {worst.record.id} {worst.error:+.1%} beyond {worst_ceiling:.1%}")
 
 
+def test_fp8_speedup_of_paired_runs(validation):
+    """torchtitan's Llama 3.1 8B runs with and without float8 linears (8 and 128 H100, FSDP, torch.compile):
+    measured speed-ups 8532/6667 = 1.280 and 8380/6514 = 1.286 tokens/s; the issue's target is 10%, the
+    current honest error about 4%."""
+    pairs = validation.fp8_pairs()
+    assert sorted((p.bf16.record.id, p.fp8.record.id) for p in pairs) == [
+        ("torchtitan_h100_202412_t1_1", "torchtitan_h100_202412_t1_2"),
+        ("torchtitan_h100_202412_t3_8", "torchtitan_h100_202412_t3_9")]
+    assert [round(p.measured_speedup, 3) for p in sorted(pairs, key=lambda p: p.bf16.record.id)] == [1.280, 1.286]
+    assert all(abs(p.error) <= 0.045 for p in pairs), [(p.fp8.record.id, p.error) for p in pairs]
+
+
 def test_collectives_follow_nccl_tests(validation):
     stats = validation.summary()["collectives"]
     assert stats["points"] == 12

@@ -64,6 +64,10 @@ def validate(
     per.add_row("nccl-tests all-reduce >= 1 MiB", str(c["points"]), f"{100 * c['mape']:.1f}%",
                 f"{100 * c['max_abs_error']:.1f}%", "", "")
     console.print(per)
+    for pair in result.fp8_pairs():
+        console.print(f"fp8/bf16 speed-up {pair.fp8.record.id} vs {pair.bf16.record.id}: measured "
+                      f"{pair.measured_speedup:.3f}, predicted {pair.predicted_speedup:.3f} ({100 * pair.error:+.1f}%)",
+                      highlight=False)
     from simulator.validation.records import unmapped_summary
 
     if unmapped_summary():

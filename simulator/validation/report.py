@@ -149,6 +149,13 @@ def write_markdown(validation: Validation, directory: Path, *, html: bool = True
         lines.append(f"| `{r.record.id}` | {r.record.gpus} | {r.record.measured_metric} | "
                      f"{r.record.measured_step_s:.3f} | {r.predicted_step_s:.3f} | {_pct(r.error)} | "
                      f"{100 * r.mfu:.1f}% |")
+    pairs = validation.fp8_pairs()
+    if pairs:
+        lines += ["", "## fp8 against bf16 (paired runs)", "",
+                  "Records of one source whose scenarios differ only in precision: the speed-up fp8 brings.", "",
+                  "| bf16 record | fp8 record | measured speed-up | predicted | error |", "|---|---|---:|---:|---:|"]
+        lines += [f"| `{p.bf16.record.id}` | `{p.fp8.record.id}` | {p.measured_speedup:.3f} | "
+                  f"{p.predicted_speedup:.3f} | {_pct(p.error)} |" for p in pairs]
     lines += ["", "## Collectives", "", "| size | measured (us) | predicted (us) | error | algorithm |",
               "|---:|---:|---:|---:|---|"]
     for comm in validation.comm:

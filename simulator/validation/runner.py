@@ -16,7 +16,7 @@ from typing import Any
 
 from simulator.validation.records import CommRecord, Record, load_comm_records, load_records
 
-__all__ = ["RecordResult", "CommResult", "Validation", "validate", "validate_record", "COMM_MIN_BYTES"]
+__all__ = ["RecordResult", "CommResult", "Fp8Pair", "Validation", "validate", "validate_record", "COMM_MIN_BYTES"]
 
 COMM_MIN_BYTES = 2**20
 
@@ -53,6 +53,32 @@ class CommResult:
 
 
 @dataclass
+class Fp8Pair:
+    """Two records of one source whose scenarios differ only in fp8 (precision and its recipe)."""
+
+    bf16: RecordResult
+    fp8: RecordResult
+
+    @property
+    def measured_speedup(self) -> float:
+        return self.bf16.record.measured_step_s / self.fp8.record.measured_step_s
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.bf16.predicted_step_s / self.fp8.predicted_step_s
+
+    @property
+    def error(self) -> float:
+        return self.predicted_speedup / self.measured_speedup - 1
+
+
+def _without_precision(scenario: dict[str, Any]) -> str:
+    training = {k: v for k, v in scenario.get("training", {}).items() if k not in ("precision", "fp8")}
+    rest = {k: v for k, v in scenario.items() if k not in ("name", "training")}
+    return repr(sorted({**rest, "training": sorted(training.items())}.items()))
+
+
+@dataclass
 class Validation:
     records: list[RecordResult] = field(default_factory=list)
     comm: list[CommResult] = field(default_factory=list)
@@ -62,6 +88,14 @@ class Validation:
         for r in self.records:
             out[r.record.source].append(r)
         return dict(out)
+
+    def fp8_pairs(self) -> list[Fp8Pair]:
+        """Paired runs: the same scenario in bf16 and in fp8, measured both ways by one source."""
+        by_key: dict[tuple[str, str], dict[str, RecordResult]] = defaultdict(dict)
+        for r in self.records:
+            precision = r.record.scenario.get("training", {}).get("precision", "bf16")
+            by_key[(r.record.source, _without_precision(r.record.scenario))].setdefault(precision, r)
+        return [Fp8Pair(p["bf16"], p["fp8"]) for p in by_key.values() if "bf16" in p and "fp8" in p]
 
     @staticmethod
     def mape(errors: list[float]) -> float:
@@ -89,6 +123,8 @@ class Validation:
             "overall": {"records": len(errors), "mape": self.mape(errors),
                         "max_abs_error": max((abs(e) for e in errors), default=0.0),
                         "false_oom": sum(r.oom for r in self.records), **self._memory_stats(self.records)},
+            "fp8_pairs": [{"bf16": p.bf16.record.id, "fp8": p.fp8.record.id, "measured_speedup": p.measured_speedup,
+                           "predicted_speedup": p.predicted_speedup, "error": p.error} for p in self.fp8_pairs()],
             "collectives": {"points": len(comm), "mape": self.mape(comm),
                             "max_abs_error": max((abs(e) for e in comm), default=0.0),
                             "min_bytes": COMM_MIN_BYTES},
