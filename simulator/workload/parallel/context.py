@@ -132,7 +132,8 @@ def _ring(spec: LayerSpec, core: list[Kernel]) -> list[Step]:
     if spec.cp_comm == "allgather":
         _, bwd_acc = ACCUMULATOR_BYTES["allgather"]
         dkv = kv_elements(spec) * (bwd_acc or e)
-        out += [CommStep("cp.kv.allgather", "all_gather", kv * cp, overlap=True, axis="cp"), computes[0]]
+        out += [CommStep(f"cp.kv.allgather{'.bwd' if backward else ''}", "all_gather", kv * cp, overlap=True,
+                         axis="cp"), computes[0]]
         for i in range(1, cp):
             if backward:
                 out.append(_hop(f"cp.dkv.rotate{i - 1}", dkv, cp))
