@@ -20,6 +20,8 @@ from simulator.units import MiB
 __all__ = [
     "Sharding",
     "PipelineSchedule",
+    "CpComm",
+    "CpKvHeads",
     "DdpOptions",
     "ZeroOptions",
     "FsdpOptions",
@@ -31,6 +33,8 @@ __all__ = [
 
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp", "mics"]
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved"]
+CpComm = Literal["ring-p2p", "allgather"]
+CpKvHeads = Literal["grouped", "repeated"]
 
 # option block -> the shardings whose strategy reads it (MiCS is ZeRO-3 in partition groups:
 # it reads zero's bucket, prefetch and persistence options too)
@@ -110,6 +114,14 @@ class ParallelismSpec(Frozen):
     dp: PositiveInt | Literal["auto"] = Field("auto", description="data-parallel size; auto = world / (tp*pp*cp)")
     cp: PositiveInt = Field(1, description="context-parallel size (sequence split across ranks)")
     sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (with tp > 1)")
+    cp_comm: CpComm = Field(
+        "ring-p2p", description="how context parallelism moves keys and values between the ring's attention steps: "
+        "ring-p2p = a send/recv to the next rank beside each step, gradients riding along in backward (Transformer "
+        "Engine's KV-P2P, Megatron-Core --cp-comm-type p2p); allgather = one all-gather beside the first step and "
+        "an fp32 dK/dV ring in backward (PyTorch's experimental context_parallel, torchtitan)")
+    cp_kv_heads: CpKvHeads = Field(
+        "grouped", description="heads of the keys and values the attention call (and the CP exchange) sees: "
+        "grouped = the model's kv heads; repeated = grouped-query K/V repeated to the query heads before attention")
     pipeline_schedule: PipelineSchedule = "1f1b"
     virtual_stages: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved only)")
     stage_layers: list[PositiveInt] | None = Field(

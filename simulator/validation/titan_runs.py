@@ -126,6 +126,12 @@ def titan_run(r: dict[str, Any]) -> TorchtitanRun:
     scenario = imported.scenario
     scenario["name"] = f"{r['id']} ({r['source']['location']})"
     scenario["parallelism"].update(schedule)
+    if cp > 1:
+        # llama's Attention.forward repeats the kv heads before F.scaled_dot_product_attention, so the
+        # context-parallel ring exchanges K/V (and dK/dV) with the query heads
+        scenario["parallelism"]["cp_kv_heads"] = "repeated"
+        stated.append(f"context-parallel K/V with the query heads: {TT_RUNS} torchtitan/models/llama/model.py:201-209 "
+                      "(repeat_kv before scaled_dot_product_attention)")
     assumptions += [f"import: {note}" for note in imported.notes]
     assumptions.append("H200 hosts (record: 8 H200 on NVLink, 400 Gb/s CX-7 per GPU): dtsim's dgx-h200 node" if h200
                        else "Grand Teton (record): dtsim's grand-teton node (topologies/nodes/grand-teton.yaml)")

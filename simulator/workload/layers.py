@@ -56,7 +56,7 @@ class LayerEmitter:
         if found is None:
             par, train = self.sc.parallelism, self.sc.training
             spec = LayerSpec(self.sc.model, self.shard, kind, phase, tp_overlap=par.tp_overlap,
-                             comm_overlap=par.tp_comm_overlap,
+                             comm_overlap=par.tp_comm_overlap, cp_comm=par.cp_comm, cp_kv_heads=par.cp_kv_heads,
                              selective=kind == "block" and train.recompute == "selective" and phase == "bwd")
             # the micro-batch's host work (data loader, inputs) precedes its first layer
             per_mb = self.host.microbatch_s if (kind, phase) == ("embedding", "fwd") else 0.0

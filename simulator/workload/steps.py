@@ -59,6 +59,8 @@ class LayerSpec:
     tp_overlap: bool = True
     comm_overlap: bool = False
     selective: bool = False  # selective recomputation: the backward re-runs the attention core
+    cp_comm: str = "ring-p2p"  # parallelism.cp_comm: how context parallelism moves K/V (ring-p2p | allgather)
+    cp_kv_heads: str = "grouped"  # parallelism.cp_kv_heads: K/V heads the attention call sees (grouped | repeated)
 
 
 @dataclass(frozen=True)
