@@ -209,8 +209,11 @@ MODEL_NOTES = [
     "- **LLM Foundry**: the shortest sequences of the smallest models are the worst (MPT-760M at 512 tokens): "
     "their measured throughput falls as the sequence shortens at constant tokens per micro-batch, which "
     "nothing in the model or the published configuration explains.",
-    "- **torchtitan**: long-sequence context-parallel rows are predicted too fast; peak memory is compared with "
-    "the caching allocator's reserved peak that torchtitan logs.",
+    "- **torchtitan**: the Llama 3.1 8B rows at cp 4 and 8 (128k and 256k tokens) are the worst, too fast: the "
+    "measured time per ring step grows about 1.6x from cp 2 to cp 4 on one node's NVLink, which nothing in "
+    "torchtitan's or PyTorch's ring code explains (the exchange hides behind the attention steps); the 405B "
+    "rows, whose cp neighbours sit in other nodes, follow the all-gather rotation of repeated K/V heads. Peak "
+    "memory is compared with the caching allocator's reserved peak that torchtitan logs.",
     "- **Collectives**: only the 2 x p4de nccl-tests curve is in the public set; H100 NVLink SHARP and p5 EFA "
     "curves are not checked against measurements.",
 ]
