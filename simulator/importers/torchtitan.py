@@ -196,7 +196,11 @@ def import_torchtitan_doc(doc: dict[str, Any], *, source: str, cluster: dict[str
                      "parallelisms/parallelize_llama.py:79-93): dtsim's fsdp shards over dp x cp too"
                      + ("; hsdp's shard groups do not include cp" if replicate > 1 else ""))
     if pp > 1 and par["sharding"] in ("fsdp", "hsdp"):
-        par["fsdp"] = {"reshard_after_forward": False}
+        par["fsdp"] = {"reshard_after_forward": False, "reduce_every_microbatch": False}
+        notes.append("with pipeline parallelism the FSDP2 stage runs every micro-batch's backward without gradient "
+                     "sync and reduce-scatters after the last (pytorch/pytorch@0138610331c90b8053a0bfc6df0175b200a1cad2 "
+                     "torch/distributed/pipelining/stage.py backward_maybe_with_nosync: set_requires_gradient_sync("
+                     "False)): parallelism.fsdp.reduce_every_microbatch: false")
         notes.append("with pipeline parallelism torchtitan does not reshard after forward (pytorch/torchtitan@9dec370 "
                      "torchtitan/parallelisms/parallelize_llama.py:326-339; torchtitan/distributed/fsdp.py:129-132 "
                      "at b5bcd76): parallelism.fsdp.reshard_after_forward: false")

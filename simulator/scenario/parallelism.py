@@ -94,6 +94,10 @@ class FsdpOptions(Frozen):
     backward_prefetch: Literal["pre", "post", "none"] = Field("pre", description="BackwardPrefetch.BACKWARD_PRE default")
     forward_prefetch: bool = False
     limit_all_gathers: bool = Field(True, description="rate limiter: at most two FSDP units' parameters in flight")
+    reduce_every_microbatch: bool = Field(
+        True, description="True: each unit's gradient is reduce-scattered after every micro-batch's backward; False "
+        "(no sync, set_requires_gradient_sync(False), as torch.distributed.pipelining runs FSDP2 stages): the "
+        "unsharded gradients accumulate in the reduce dtype until the last micro-batch's backward")
 
 
 class MicsOptions(Frozen):
