@@ -234,8 +234,15 @@ def loss_workspace_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entrop
     runs eagerly as ``log_softmax`` then ``nll_loss`` (PyTorch ``cross_entropy_loss``); autograd
     keeps the fp32 log-softmax output. In the backward, ``nll_loss_backward`` allocates an fp32
     ``T*V`` gradient and ``_log_softmax_backward_data`` its fp32 ``T*V`` result while the saved
-    output is still held: two fp32 ``T*V/t`` tensors beyond the stored one, ``8*T*V/t`` bytes
-    (vocab sharded over tp by loss parallelism)."""
+    output is still held: two fp32 ``T*V`` tensors beyond the stored one, ``8*T*V`` bytes.
+    With tp > 1 the vocab is sharded and torch's loss parallelism (torchtitan's default,
+    ``enable_loss_parallel=not disable_loss_parallel``, train.py:57 at 9dec370) replaces both
+    backwards by one function, ``(zeros_like(x) + exp(x)) * grad`` over the kept fp32
+    log-softmax ``x`` (pytorch/pytorch@02eef6b8b631c5aefb17838edf8ae153aba45860
+    torch/distributed/tensor/parallel/loss.py ``_nll_loss_and_log_softmax_backward``): the
+    zeros, ``exp(x)`` and the sum are alive together when the sum is made (and the zeros, the
+    sum and the product when the product is), three fp32 ``T*V/t`` tensors beyond the stored
+    one, ``12*T*V/t`` bytes."""
     if cross_entropy == "fused":
         return 0.0
-    return 8.0 * tokens * vocab / tp
+    return (8.0 if tp == 1 else 12.0) * tokens * vocab / tp
