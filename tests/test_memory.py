@@ -94,3 +94,15 @@ def test_eager_fp32_cross_entropy_workspace():
     assert loss_workspace_bytes(tokens=16384, vocab=128256, tp=8, cross_entropy="eager-fp32") == (
         12 * 16384 * 128256 / 8)
     assert loss_workspace_bytes(tokens=16384, vocab=128256, cross_entropy="fused") == 0.0
+
+
+def test_dtensor_sequence_parallel_keeps_gathered_norm_outputs():
+    """torchtitan's TP (DTensor): each column-parallel linear keeps its all-gathered input, so the
+    two norm outputs (2 bytes x s*b*h each) are kept whole rather than /8: (1 - 1/8) x 2 x 2 x s*b*h
+    more. GPT-3 175B shapes, tp = 8 with SP: sbh(34)/8 + 4 x sbh x 7/8."""
+    base = layer_activation_bytes(**GPT, tp=8, sequence_parallel=True, flash_attention=False)
+    kept = layer_activation_bytes(**GPT, tp=8, sequence_parallel=True, flash_attention=False,
+                                  sp_keeps_gathered=True)
+    assert kept - base == pytest.approx(sbh(4) * 7 / 8, rel=1e-12)
+    assert layer_activation_bytes(**GPT, tp=8, flash_attention=False, sp_keeps_gathered=True) == (
+        layer_activation_bytes(**GPT, tp=8, flash_attention=False))  # nothing without SP

@@ -118,6 +118,7 @@ def layer_activation_bytes(
     dropout: bool = True,
     act_bytes: int = 2,
     fp8_inputs: bool = False,
+    sp_keeps_gathered: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
 
@@ -128,6 +129,8 @@ def layer_activation_bytes(
     * no recompute, SP:    ``s*b*h*(34 + 5*a*s/h)/t``
     * selective:           ``s*b*h*(10 + 24/t)`` (``34*s*b*h/t`` with SP)
     * full:                ``2*s*b*h`` (the layer input; ``/t`` with SP)
+    * ``sp_keeps_gathered`` (PyTorch DTensor SP): the two norm outputs are kept all-gathered,
+      ``2*2*s*b*h`` instead of ``/t``.
     * selective-op (torchtitan's op policy, see :func:`op_policy_saved_matmuls`): the
       checkpoint's input (``2*s*b*h``, ``/t`` with SP), the saved matmul outputs (q ``h/t``,
       v ``kv/t``, w1 ``F/t`` column-parallel; w2 row-parallel, a full-width ``h`` partial sum
@@ -173,7 +176,9 @@ def layer_activation_bytes(
             core = 4.0 * batch * heads * s
         else:
             core = (e + mask + (e if dropout else 0.0)) * heads * s * seq * batch
-    return replicated / shard_rep + (split + core) / tp
+    # DTensor SP: each column-parallel linear keeps its all-gathered input (the two norm outputs), not a shard
+    gathered = 2 * g * sbh * (1.0 - 1.0 / tp) if sp_keeps_gathered and sequence_parallel else 0.0
+    return replicated / shard_rep + gathered + (split + core) / tp
 
 
 def _op_policy_bytes(s: float, batch: int, hidden: int, heads: int, kv_width: int, ffn_hidden: int, mlp: str,
@@ -202,12 +207,15 @@ def embedding_activation_bytes(
 
 def logits_activation_bytes(
     *, seq: int, batch: int, hidden: int, vocab: int, tp: int = 1, cp: int = 1, sequence_parallel: bool = False,
-    act_bytes: int = 2,
+    act_bytes: int = 2, sp_keeps_gathered: bool = False,
 ) -> float:
     """Last pipeline stage: the final norm input and the fp32 logits the vocab-parallel cross
-    entropy keeps (``4*s*b*V/t``; Megatron keeps the softmax in fp32 for the loss)."""
+    entropy keeps (``4*s*b*V/t``; Megatron keeps the softmax in fp32 for the loss). The norm
+    output is kept ``/t`` under SP, whole with ``sp_keeps_gathered`` (the output projection's
+    gathered input)."""
     sb = seq / cp * batch
-    return act_bytes * sb * hidden / (tp if sequence_parallel else 1) + 4.0 * sb * vocab / tp
+    split = tp if sequence_parallel and not sp_keeps_gathered else 1
+    return act_bytes * sb * hidden / split + 4.0 * sb * vocab / tp
 
 
 def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp: str, tp: int, act_bytes: int,

@@ -114,6 +114,11 @@ class ParallelismSpec(Frozen):
     dp: PositiveInt | Literal["auto"] = Field("auto", description="data-parallel size; auto = world / (tp*pp*cp)")
     cp: PositiveInt = Field(1, description="context-parallel size (sequence split across ranks)")
     sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (with tp > 1)")
+    sp_keeps_gathered_input: bool = Field(
+        False, description="with sequence parallelism, what a column-parallel linear keeps of its all-gathered "
+        "input for its weight gradient: false = its 1/tp shard, all-gathered again in the backward (Megatron, "
+        "Korthikanti et al. 2022); true = the gathered tensor itself (PyTorch DTensor tensor parallelism, e.g. "
+        "torchtitan: autograd saves the matmul's gathered input)")
     pipeline_schedule: PipelineSchedule = "1f1b"
     virtual_stages: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved only)")
     stage_layers: list[PositiveInt] | None = Field(

@@ -105,6 +105,7 @@ class ActivationSizes:
                 ffn_hidden=m.ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                 recompute=recompute, flash_attention=shard.flash, dropout=m.dropout,
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
+                sp_keeps_gathered=par.sp_keeps_gathered_input,
             )
 
         eager = eager_saved_bytes(scenario)
@@ -117,7 +118,7 @@ class ActivationSizes:
                                                dropout=m.dropout, act_bytes=shard.elem)
         logits = logits_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, vocab=m.vocab,
                                          tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
-                                         act_bytes=shard.elem)
+                                         act_bytes=shard.elem, sp_keeps_gathered=par.sp_keeps_gathered_input)
         stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
         loss = loss_workspace_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp, cross_entropy=train.cross_entropy)
         return cls(stored, full, workspace, embedding, logits, loss)
