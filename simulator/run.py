@@ -15,7 +15,7 @@ from simulator.catalog import Catalog, default_catalog
 from simulator.cluster import Router, build_cluster
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.costs.collectives import choose_algorithm
-from simulator.costs.flops import model_flops_per_token, recompute_flops_per_token
+from simulator.costs.flops import model_flops_per_token, op_policy_recomputed_params, recompute_flops_per_token
 from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
@@ -140,7 +140,10 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
     counts = workload.layout.counts
     tokens = scenario.tokens_per_step
     model_flops = model_flops_per_token(counts.matmul, m.layers, m.hidden, m.seq_len) * tokens
-    extra = recompute_flops_per_token(train.recompute, counts.per_layer, m.layers, m.hidden, m.seq_len) * tokens
+    op_params = op_policy_recomputed_params(hidden=m.hidden, q_width=m.heads * m.head_dim,
+                                            kv_width=m.n_kv_heads * m.head_dim, ffn_hidden=m.ffn, mlp=m.mlp)
+    extra = recompute_flops_per_token(train.recompute, counts.per_layer, m.layers, m.hidden, m.seq_len,
+                                      op_policy_params=op_params) * tokens
     calibration = profile if calibrated else f"uncalibrated (built-in efficiency tables for {gpu.name})"
     return RunFacts(
         scenario_name=scenario.name or f"{m.label} on {scenario.cluster.n_nodes} x {scenario.cluster.node_type.name}",

@@ -57,3 +57,17 @@ def test_gqa_and_swiglu_counts():
     assert c.per_layer == 4096 * (4096 + 2 * 1024) + 4096**2 + 3 * 4096 * 14336 + 2 * 4096
     assert c.position == 0 and c.output == 128256 * 4096
     assert c.matmul == c.total - c.embedding  # the input table does no matmul when untied
+
+
+def test_op_policy_recomputes_every_other_matmul():
+    """Llama 3.1 8B (h = 4096, q = 4096, kv = 1024, F = 14336): torchtitan's op policy re-runs wk,
+    wo and w3 (w2 is saved and early stop skips it): 4096*1024 + 4096*4096 + 4096*14336 =
+    79 691 776 weights, i.e. 2 * 32 * 79 691 776 = 5 100 273 664 FLOPs per token over 32 layers.
+    GELU (F = 16384): wk + wo = 4096*1024 + 4096*4096 = 20 971 520."""
+    from simulator.costs.flops import op_policy_recomputed_params, recompute_flops_per_token
+
+    llama = op_policy_recomputed_params(hidden=4096, q_width=4096, kv_width=1024, ffn_hidden=14336, mlp="swiglu")
+    assert llama == 79_691_776
+    assert recompute_flops_per_token("selective-op", 0, 32, 4096, 8192, op_policy_params=llama) == 5_100_273_664
+    assert op_policy_recomputed_params(hidden=4096, q_width=4096, kv_width=1024, ffn_hidden=16384,
+                                       mlp="gelu") == 20_971_520

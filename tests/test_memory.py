@@ -44,3 +44,65 @@ def test_zero_model_states(nd):
     assert totals == pytest.approx([16 * psi, (4 + 12 / nd) * psi, (2 + 14 / nd) * psi, 16 * psi / nd])
     # the paper's Figure 1: 120 GB -> 31.4 -> 16.6 -> 1.9 GB for 7.5B parameters on 64 GPUs
     assert [round(t / 1e9, 1) for t in totals] == [120.0, 31.4, 16.6, 1.9]
+
+
+LLAMA8B = dict(seq=8192, batch=2, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, mlp="swiglu", dropout=False)
+
+
+def test_op_policy_saves_every_other_matmul():
+    """torchtitan's op policy (parallelize_llama.py:214-264 at 9dec370) counts aten.mm per block in
+    forward order wq, wk, wv, wo, w1, w3, w2 and recomputes the even ones: wq, wv, w1, w2 saved;
+    GELU's wq, wk, wv, wo, fc1, fc2 keeps wq, wv, fc1."""
+    from simulator.costs.memory import op_policy_saved_matmuls
+
+    assert op_policy_saved_matmuls("swiglu") == {"wq", "wv", "w1", "w2"}
+    assert op_policy_saved_matmuls("gelu") == {"wq", "wv", "fc1"}
+
+
+def test_selective_op_llama_8b():
+    """Llama 3.1 8B, s = 8192, b = 2, bf16, flash, tp = 1 (T = 16384 tokens). Kept per block: the
+    input 2*4096, wq 2*4096, wv 2*1024, w1 2*14336, w2 2*4096, the SDPA output 2*4096 and its fp32
+    log-sum-exp 4*32 bytes per token = 2*(4*4096 + 1024 + 14336) + 128 = 63616 bytes per token,
+    x 16384 = 1 042 284 544 bytes: under half of Korthikanti's selective, 2*(6h + 2kv + 3F) per
+    token (norms' inputs and outputs 8h, q and the attention output 4h, k and v 4kv, w1, w3 and
+    their product 6F)."""
+    got = layer_activation_bytes(**LLAMA8B, recompute="selective-op", flash_attention=True)
+    assert got == pytest.approx(16384 * 63616, rel=1e-12)
+    korthikanti = layer_activation_bytes(**LLAMA8B, recompute="selective", flash_attention=True)
+    assert korthikanti == pytest.approx(16384 * 2 * (6 * 4096 + 2 * 1024 + 3 * 14336), rel=1e-12)
+
+
+def test_selective_op_under_tp_and_sp():
+    """tp = 8 with SP: the input 2h/8; column-parallel outputs /8 (wq 2h/8, wv 2kv/8, w1 2F/8); the
+    row-parallel w2's mm output is the full-width partial sum 2h; SDPA 2h/8 + 4*a/8; the two
+    reduce-scatter outputs 2*2h/8. Per token: 2*(512 + 512 + 128 + 1792 + 4096 + 512 + 1024) + 16
+    = 17168 bytes, x 16384 tokens."""
+    got = layer_activation_bytes(**LLAMA8B, tp=8, sequence_parallel=True, recompute="selective-op",
+                                 flash_attention=True)
+    assert got == pytest.approx(16384 * 17168, rel=1e-12)
+
+
+def test_eager_fp32_cross_entropy_workspace():
+    """cross_entropy(pred.float()) in eager PyTorch: the backward holds nll_loss's fp32 T x V gradient
+    and log_softmax_backward's fp32 result beside the kept fp32 log-softmax: 8*T*V/t bytes more.
+    T = 16384, V = 128256, t = 1: 8 * 16384 * 128256 = 16 810 770 432 bytes (15.66 GiB). t = 8, torch's
+    loss parallelism: (zeros + exp(x)) * grad holds three fp32 T x V/8 tensors beside the kept one,
+    12 * 16384 * 128256 / 8 bytes. The fused kernel adds nothing."""
+    from simulator.costs.memory import loss_workspace_bytes
+
+    assert loss_workspace_bytes(tokens=16384, vocab=128256, cross_entropy="eager-fp32") == 8 * 16384 * 128256
+    assert loss_workspace_bytes(tokens=16384, vocab=128256, tp=8, cross_entropy="eager-fp32") == (
+        12 * 16384 * 128256 / 8)
+    assert loss_workspace_bytes(tokens=16384, vocab=128256, cross_entropy="fused") == 0.0
+
+
+def test_dtensor_sequence_parallel_keeps_gathered_norm_outputs():
+    """torchtitan's TP (DTensor): each column-parallel linear keeps its all-gathered input, so the
+    two norm outputs (2 bytes x s*b*h each) are kept whole rather than /8: (1 - 1/8) x 2 x 2 x s*b*h
+    more. GPT-3 175B shapes, tp = 8 with SP: sbh(34)/8 + 4 x sbh x 7/8."""
+    base = layer_activation_bytes(**GPT, tp=8, sequence_parallel=True, flash_attention=False)
+    kept = layer_activation_bytes(**GPT, tp=8, sequence_parallel=True, flash_attention=False,
+                                  sp_keeps_gathered=True)
+    assert kept - base == pytest.approx(sbh(4) * 7 / 8, rel=1e-12)
+    assert layer_activation_bytes(**GPT, tp=8, flash_attention=False, sp_keeps_gathered=True) == (
+        layer_activation_bytes(**GPT, tp=8, flash_attention=False))  # nothing without SP

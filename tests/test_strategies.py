@@ -202,3 +202,19 @@ def test_tp_comm_overlap_pairs_each_collective_with_its_gemm():
     _, serial_s = layer_parts(False)
     assert serial_s == pytest.approx(sum(d.values()), rel=1e-9)
     assert layer_s < serial_s
+
+
+def test_fsdp_without_gradient_sync_reduces_once_and_holds_unsharded_gradients():
+    """fsdp.reduce_every_microbatch: false (torch pipelining's no-sync FSDP2 backward): 4 micro-
+    batches (global 256 on 64 GPUs) reduce-scatter each unit once instead of 4 times, so the rank
+    sends 3 reduce-scatters less, 3 x (63/64) x Psi x 2 bytes (bf16 reduction); at the peak it
+    holds the whole unsharded gradient, 2 x Psi bytes, beside its 2/64 x Psi shard."""
+    common = dict(model="gpt3-1.3b", cluster={"node": "dgx-a100", "nodes": 8},
+                  training={"micro_batch": 1, "global_batch": 256})
+    sync = _sim(**common, parallelism={"sharding": "fsdp"})
+    no_sync = _sim(**common, parallelism={"sharding": "fsdp", "fsdp": {"reduce_every_microbatch": False}})
+    psi = sync.params
+    saved = sync.wire_bytes_per_rank["shard"] - no_sync.wire_bytes_per_rank["shard"]
+    assert saved == pytest.approx(3 * 63 / 64 * psi * 2, rel=1e-9)
+    assert sync.memory[0].grads_bytes == pytest.approx(2 * psi / 64, rel=1e-9)
+    assert no_sync.memory[0].grads_bytes == pytest.approx(2 * psi + 2 * psi / 64, rel=1e-9)

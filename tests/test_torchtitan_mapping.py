@@ -67,8 +67,36 @@ def test_torchtitan_records_step_time_and_memory():
     assert t6.measured_peak_memory_bytes == pytest.approx(84.9 * GiB)
     assert t1.scenario["training"]["compile"] is False and records["torchtitan_h100_202412_t1_1"].scenario[
         "training"]["compile"] is True
-    assert t6.scenario["parallelism"]["fsdp"] == {"reshard_after_forward": False}  # pp > 1
+    # pp > 1: no reshard after forward, no gradient sync until the last micro-batch
+    assert t6.scenario["parallelism"]["fsdp"] == {"reshard_after_forward": False, "reduce_every_microbatch": False}
+    # selective_ac_option = 'op' (llama3_8b.toml); the December 2024 loss is eager, the June 2025 one compiled
+    assert t1.scenario["training"]["recompute"] == "selective-op" and t6.scenario["training"]["recompute"] == "full"
+    assert t1.scenario["training"]["cross_entropy"] == "eager-fp32"
+    assert records["torchtitan_h200_llama31_8b_32gpu"].scenario["training"]["cross_entropy"] == "fused"
     assert t6.scenario["parallelism"]["tp_comm_overlap"] and t6.scenario["training"]["precision"] == "fp8"
     assert records["torchtitan_h100_202412_t5_13"].scenario["parallelism"]["virtual_stages"] == 2
     assert t1.scenario["cluster"]["node"] == "grand-teton"
     assert records["torchtitan_h200_llama31_8b_32gpu"].scenario["cluster"]["node"] == "dgx-h200"
+
+
+def test_op_policy_recomputes_every_other_matmul_before_w2():
+    """torchtitan's op policy on Llama 3 8B, T = 1024: the backward first re-runs wk (1024 of the
+    QKV GEMM's 4096 + 2*1024 = 6144 outputs), wo, and w3 (half of the 2*14336-wide gate/up GEMM),
+    2*T*(4096*1024 + 4096*4096 + 4096*14336) = 163 208 757 248 FLOPs, plus the norms, rotary and
+    the SwiGLU product; neither the attention (saved) nor w2 (saved; early stop) runs again."""
+    from simulator.workload.steps import op_policy_recompute
+
+    model = _llama(True).model
+    fwd = block_forward(model, Shard(batch=1, seq=1024, compile=True))
+    again = op_policy_recompute(fwd, model)
+    gemm_flops = sum(k.flops for k in again if k.kind == "gemm")
+    assert gemm_flops == pytest.approx(2 * 1024 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336), rel=1e-12)
+    names = [k.name for k in again]
+    assert names == ["ln1", "qkv", "rotary", "proj", "residual1", "ln2", "fc1", "act"]
+
+
+def test_op_policy_step_costs_its_recompute():
+    """A selective-op step is slower than no recompute (the recomputed matmuls) and faster than
+    full recomputation (a whole forward again)."""
+    times = {r: simulator.simulate(_llama(True, r)).step_time_s for r in ("none", "selective-op", "full")}
+    assert times["none"] < times["selective-op"] < times["full"]

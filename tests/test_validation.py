@@ -7,11 +7,12 @@ Every record is described only by what its source states plus its framework's pr
 (``simulator/validation/records.py``). Current (docs/validation.md): LLM Foundry 6.3% MAPE
 (worst 24.2%, MPT-760M at 512 tokens), Megatron-Core 9.2% (worst +30.4%, 32B at tp 8, pp 1,
 dp 48: with micro-batch 1, dtsim's default, its fp32 reduce-scatter overlaps only the last of
-4 backwards), SC'21 7.9% (worst 11.8%, every record too fast), torchtitan 7.8% (worst 24.8%,
-Llama 3.1 8B with cp 8 at 262k tokens: the 8B cp 4/8 rows stay 21-25% too fast under the
-modelled ring, their ring exchange hidden on NVLink; peak memory 41% MAPE, worst +73%, not yet within the
-10% target: dtsim predicts allocated bytes, torchtitan logs the caching allocator's reserved
-peak), nccl-tests >= 1 MiB 5.7% (18.4%). Attention is timed per kernel from published
+4 backwards), SC'21 7.9% (worst 11.8%, every record too fast), torchtitan 7.2% (worst 24.8%,
+Llama 3.1 8B with cp 8 at 262k tokens: the 8B cp 4/8 rows stay 21-25% too fast under the modelled
+ring, their exchange hidden on NVLink), nccl-tests >= 1 MiB 5.7% (18.4%). Peak memory (torchtitan,
+the only source publishing it): 12.3% MAPE, worst -20.8%, every record low: dtsim predicts the
+caching allocator's allocated bytes, torchtitan logs its reserved peak, which adds fragmentation
+(not within the issue's 10% target yet). Attention is timed per kernel from published
 benchmarks (topologies/kernels/attention.yaml); the host issue model (``simulator/costs/host.py``,
 10 us per launched op) moves none of them by 0.01 points: every record's kernels outlast their
 issue time, so what remains of their errors is not the host's launch overhead.
@@ -30,9 +31,11 @@ THRESHOLDS = {
     "llm-foundry": (0.065, 0.245),
     "megatron-core": (0.095, 0.310),
     "megatron-sc21": (0.085, 0.125),
-    "torchtitan": (0.080, 0.250),
+    "torchtitan": (0.075, 0.250),
 }
 COLLECTIVES = (0.060, 0.190)
+# peak memory where the source publishes it (torchtitan's max_reserved): (MAPE ceiling, worst-record ceiling)
+MEMORY = {"torchtitan": (0.125, 0.210)}
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +71,18 @@ def test_fp8_speedup_of_paired_runs(validation):
         ("torchtitan_h100_202412_t3_8", "torchtitan_h100_202412_t3_9")]
     assert [round(p.measured_speedup, 3) for p in sorted(pairs, key=lambda p: p.bf16.record.id)] == [1.280, 1.286]
     assert all(abs(p.error) <= 0.045 for p in pairs), [(p.fp8.record.id, p.error) for p in pairs]
+
+
+@pytest.mark.parametrize("source", sorted(MEMORY))
+def test_peak_memory_within_threshold(validation, source):
+    """dtsim's caching-allocator peak (allocated, without the runtime reserve) against the
+    published reserved peak: torchtitan 12.3% MAPE, every record low (worst -20.8%, Llama 3.1 405B
+    with interleaved 1F1B: fragmentation and the allocator's rounding are not modelled)."""
+    stats = validation.summary()["per_source"][source]
+    mape_ceiling, worst_ceiling = MEMORY[source]
+    assert stats["memory_records"] == 20
+    assert stats["memory_mape"] <= mape_ceiling, f"{source} memory MAPE {stats['memory_mape']:.1%}"
+    assert stats["memory_max_abs_error"] <= worst_ceiling, stats
 
 
 def test_collectives_follow_nccl_tests(validation):

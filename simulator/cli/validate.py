@@ -34,11 +34,11 @@ def validate(
         task = progress.add_task("simulating published runs", total=total)
         result = run_validation(sources=sources, progress=lambda _id: progress.advance(task))
     table = Table(title="predicted vs measured step time", title_justify="left")
-    for col in ("record", "GPUs", "measured (s)", "predicted (s)", "error", "peak memory"):
+    for col in ("record", "GPUs", "measured (s)", "predicted (s)", "error", "peak memory (allocated)"):
         table.add_column(col, justify="left" if col == "record" else "right")
     for r in result.records:
         colour = "green" if abs(r.error) <= 0.10 else "yellow" if abs(r.error) <= 0.25 else "red"
-        peak = f"{r.peak_memory_bytes / 2**30:.1f} GiB"
+        peak = f"{r.peak_allocated_bytes / 2**30:.1f} GiB"
         if r.memory_error is not None:
             peak += f" ({100 * r.memory_error:+.1f}%)"
         if r.oom:
@@ -78,6 +78,7 @@ def validate(
                              "measured_step_s": r.record.measured_step_s, "predicted_step_s": r.predicted_step_s,
                              "error": r.error, "mfu": r.mfu, "oom": r.oom,
                              "peak_memory_bytes": r.peak_memory_bytes,
+                             "peak_allocated_bytes": r.peak_allocated_bytes,
                              "measured_peak_memory_bytes": r.record.measured_peak_memory_bytes,
                              "memory_error": r.memory_error, "stated": r.record.stated,
                              "mapping_assumptions": r.record.assumptions, "breakdown": r.breakdown}

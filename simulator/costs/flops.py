@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.costs.memory import block_matmuls, op_policy_saved_matmuls
+
 __all__ = [
     "gemm_flops",
     "attention_core_flops",
@@ -28,6 +30,7 @@ __all__ = [
     "param_counts",
     "model_flops_per_token",
     "recompute_flops_per_token",
+    "op_policy_recomputed_params",
     "megatron_flops_per_iteration",
 ]
 
@@ -110,14 +113,29 @@ def model_flops_per_token(matmul_params: int, layers: int, hidden: int, seq_len:
     return 6.0 * matmul_params + 12.0 * layers * hidden * seq_len
 
 
+def op_policy_recomputed_params(*, hidden: int, q_width: int, kv_width: int, ffn_hidden: int, mlp: str) -> float:
+    """Weights per block whose matmuls torchtitan's op policy re-runs in the backward: the
+    unsaved matmuls (:func:`simulator.costs.memory.op_policy_saved_matmuls`) before the down
+    projection (non-reentrant early stop skips it). SwiGLU: wk + wo + w3 = ``h*kv + q*h + h*F``;
+    GELU: wk + wo = ``h*kv + q*h``."""
+    sizes = {"wq": hidden * q_width, "wk": hidden * kv_width, "wv": hidden * kv_width, "wo": q_width * hidden,
+             "w1": hidden * ffn_hidden, "w3": hidden * ffn_hidden, "fc1": hidden * ffn_hidden}
+    saved = op_policy_saved_matmuls(mlp)
+    return float(sum(sizes[n] for n in block_matmuls(mlp)[:-1] if n not in saved))
+
+
 def recompute_flops_per_token(
-    recompute: str, layer_params: int, layers: int, hidden: int, seq_len: int
+    recompute: str, layer_params: int, layers: int, hidden: int, seq_len: int, *, op_policy_params: float = 0.0
 ) -> float:
     """FLOPs per token executed again by activation recomputation.
 
     full: one more forward of every transformer layer, ``2*N_layers + 4*L*h*s``;
-    selective: the attention core only, ``4*L*h*s`` (Korthikanti et al. 2022 §5).
+    selective: the attention core only, ``4*L*h*s`` (Korthikanti et al. 2022 §5);
+    selective-op: the unsaved matmuls, ``2*L*op_policy_params``
+    (:func:`op_policy_recomputed_params`; the attention is saved).
     """
+    if recompute == "selective-op":
+        return 2.0 * layers * op_policy_params
     attention = 4.0 * layers * hidden * seq_len
     if recompute == "full":
         return 2.0 * layer_params * layers + attention

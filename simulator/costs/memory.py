@@ -28,7 +28,34 @@ __all__ = [
     "embedding_activation_bytes",
     "logits_activation_bytes",
     "backward_workspace_bytes",
+    "block_matmuls",
+    "op_policy_saved_matmuls",
+    "loss_workspace_bytes",
 ]
+
+# torchtitan's op-level selective activation checkpointing (``selective_ac_option = 'op'``):
+# inside each TransformerBlock's checkpoint the outputs of aten.mm, the flash/efficient SDPA
+# ops, _c10d_functional.reduce_scatter_tensor and aten.abs/max are saved (MUST_SAVE), except
+# every second aten.mm (counted per block in forward order); every other op is recomputed
+# (pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b
+# torchtitan/parallelisms/parallelize_llama.py:214-223 (_save_list) and :250-264 (the policy)).
+
+
+def block_matmuls(mlp: str) -> tuple[str, ...]:
+    """A block's aten.mm calls in forward order (torchtitan's Llama: wq, wk, wv, wo, then
+    w1, w3, w2 with SwiGLU, ``F.silu(self.w1(x)) * self.w3(x)`` (torchtitan
+    models/llama/model.py:189,253 at 9dec370); fc1, fc2 with a GELU MLP)."""
+    mlp_mms = ("w1", "w3", "w2") if mlp == "swiglu" else ("fc1", "fc2")
+    return ("wq", "wk", "wv", "wo", *mlp_mms)
+
+
+def op_policy_saved_matmuls(mlp: str) -> frozenset[str]:
+    """The matmuls whose outputs torchtitan's op policy saves: the 1st, 3rd, 5th, ... aten.mm
+    (``meta[mm_count] % 2 == 0`` is recomputed after the count is incremented). SwiGLU:
+    {wq, wv, w1, w2}; GELU: {wq, wv, fc1}. Float8 linears change nothing: torchao's
+    ``Float8Linear`` calls ``torch.mm`` on its float8 tensor subclass, and a dispatch mode (the
+    policy's) sees ``aten.mm`` before the subclass turns it into ``_scaled_mm``."""
+    return frozenset(name for i, name in enumerate(block_matmuls(mlp), start=1) if i % 2 == 1)
 
 @dataclass(frozen=True)
 class ModelStateBytes:
@@ -91,6 +118,7 @@ def layer_activation_bytes(
     dropout: bool = True,
     act_bytes: int = 2,
     fp8_inputs: bool = False,
+    sp_keeps_gathered: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
 
@@ -101,6 +129,13 @@ def layer_activation_bytes(
     * no recompute, SP:    ``s*b*h*(34 + 5*a*s/h)/t``
     * selective:           ``s*b*h*(10 + 24/t)`` (``34*s*b*h/t`` with SP)
     * full:                ``2*s*b*h`` (the layer input; ``/t`` with SP)
+    * ``sp_keeps_gathered`` (PyTorch DTensor SP): the two norm outputs are kept all-gathered,
+      ``2*2*s*b*h`` instead of ``/t``.
+    * selective-op (torchtitan's op policy, see :func:`op_policy_saved_matmuls`): the
+      checkpoint's input (``2*s*b*h``, ``/t`` with SP), the saved matmul outputs (q ``h/t``,
+      v ``kv/t``, w1 ``F/t`` column-parallel; w2 row-parallel, a full-width ``h`` partial sum
+      before its reduction), the SDPA output (``h/t``) and fp32 log-sum-exp (``4*b*a*s/t``)
+      with a fused kernel, and under SP the two reduce-scatter outputs (``h/t`` each);
 
     FlashAttention never stores the ``a*s*s`` score/softmax/dropout tensors (Dao et al.
     2022) but keeps the fp32 log-sum-exp, ``4*b*a*s/t`` bytes. Context parallelism keeps
@@ -123,6 +158,9 @@ def layer_activation_bytes(
     shard_rep = float(tp) if sequence_parallel else 1.0  # replicated parts split only with SP
     if recompute == "full":
         return e * sbh / shard_rep
+    if recompute == "selective-op":
+        return _op_policy_bytes(s, batch, hidden, heads, kv_width, ffn_hidden, mlp, tp, sequence_parallel,
+                                flash_attention, e)
     g = 1.0 if fp8_inputs else e  # bytes of a kept linear input (norm outputs, fc2's input)
     # replicated across tp unless sequence parallel: LN inputs and outputs, dropout masks
     replicated = (e + g + mask + e + g + mask) * sbh
@@ -138,7 +176,22 @@ def layer_activation_bytes(
             core = 4.0 * batch * heads * s
         else:
             core = (e + mask + (e if dropout else 0.0)) * heads * s * seq * batch
-    return replicated / shard_rep + (split + core) / tp
+    # DTensor SP: each column-parallel linear keeps its all-gathered input (the two norm outputs), not a shard
+    gathered = 2 * g * sbh * (1.0 - 1.0 / tp) if sp_keeps_gathered and sequence_parallel else 0.0
+    return replicated / shard_rep + gathered + (split + core) / tp
+
+
+def _op_policy_bytes(s: float, batch: int, hidden: int, heads: int, kv_width: int, ffn_hidden: int, mlp: str,
+                     tp: int, sequence_parallel: bool, flash: bool, e: float) -> float:
+    """What torchtitan's op policy keeps of one block (see :func:`layer_activation_bytes`)."""
+    sb = s * batch
+    widths = {"wq": hidden / tp, "wk": kv_width / tp, "wv": kv_width / tp, "wo": hidden,
+              "w1": ffn_hidden / tp, "w3": ffn_hidden / tp, "w2": hidden, "fc1": ffn_hidden / tp, "fc2": hidden}
+    saved = sum(widths[name] for name in op_policy_saved_matmuls(mlp))
+    sdpa = (hidden / tp * e + 4.0 * heads / tp) if flash else 0.0  # output + fp32 log-sum-exp per token
+    reduce_scatter = 2.0 * hidden / tp * e if sequence_parallel and tp > 1 else 0.0
+    block_input = e * hidden / (tp if sequence_parallel else 1)
+    return sb * (block_input + e * saved + sdpa + reduce_scatter)
 
 
 def embedding_activation_bytes(
@@ -154,12 +207,15 @@ def embedding_activation_bytes(
 
 def logits_activation_bytes(
     *, seq: int, batch: int, hidden: int, vocab: int, tp: int = 1, cp: int = 1, sequence_parallel: bool = False,
-    act_bytes: int = 2,
+    act_bytes: int = 2, sp_keeps_gathered: bool = False,
 ) -> float:
     """Last pipeline stage: the final norm input and the fp32 logits the vocab-parallel cross
-    entropy keeps (``4*s*b*V/t``; Megatron keeps the softmax in fp32 for the loss)."""
+    entropy keeps (``4*s*b*V/t``; Megatron keeps the softmax in fp32 for the loss). The norm
+    output is kept ``/t`` under SP, whole with ``sp_keeps_gathered`` (the output projection's
+    gathered input)."""
     sb = seq / cp * batch
-    return act_bytes * sb * hidden / (tp if sequence_parallel else 1) + 4.0 * sb * vocab / tp
+    split = tp if sequence_parallel and not sp_keeps_gathered else 1
+    return act_bytes * sb * hidden / split + 4.0 * sb * vocab / tp
 
 
 def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp: str, tp: int, act_bytes: int,
@@ -175,3 +231,26 @@ def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp
     """
     ffn_width = (3 if mlp == "swiglu" else 2) * ffn_hidden / tp
     return tokens * (ffn_width + 2 * hidden) * act_bytes + recomputed_layer_bytes
+
+
+def loss_workspace_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entropy: str = "fused") -> float:
+    """Transient bytes of the loss backward beyond the stored fp32 logits (``4*T*V/t``).
+
+    ``fused`` (Megatron's vocab-parallel cross entropy): the gradient is written over the
+    kept softmax, nothing more (0). ``eager-fp32``: torchtitan's
+    ``cross_entropy(pred.flatten(0, 1).float(), labels)`` (pytorch/torchtitan@9dec370 train.py:131-134)
+    runs eagerly as ``log_softmax`` then ``nll_loss`` (PyTorch ``cross_entropy_loss``); autograd
+    keeps the fp32 log-softmax output. In the backward, ``nll_loss_backward`` allocates an fp32
+    ``T*V`` gradient and ``_log_softmax_backward_data`` its fp32 ``T*V`` result while the saved
+    output is still held: two fp32 ``T*V`` tensors beyond the stored one, ``8*T*V`` bytes.
+    With tp > 1 the vocab is sharded and torch's loss parallelism (torchtitan's default,
+    ``enable_loss_parallel=not disable_loss_parallel``, train.py:57 at 9dec370) replaces both
+    backwards by one function, ``(zeros_like(x) + exp(x)) * grad`` over the kept fp32
+    log-softmax ``x`` (pytorch/pytorch@02eef6b8b631c5aefb17838edf8ae153aba45860
+    torch/distributed/tensor/parallel/loss.py ``_nll_loss_and_log_softmax_backward``): the
+    zeros, ``exp(x)`` and the sum are alive together when the sum is made (and the zeros, the
+    sum and the product when the product is), three fp32 ``T*V/t`` tensors beyond the stored
+    one, ``12*T*V/t`` bytes."""
+    if cross_entropy == "fused":
+        return 0.0
+    return (8.0 if tp == 1 else 12.0) * tokens * vocab / tp

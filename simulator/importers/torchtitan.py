@@ -20,7 +20,14 @@ the next one, 76d5c72e2, moved configs to Python dataclasses), torchtitan/config
   ``pipeline_parallel_degree`` (:360), ``pipeline_parallel_microbatch_size`` (:412, default 1:
   the local batch is split into micro-batches of this size), ``context_parallel_degree`` (:428).
   Shard degree > 1 with replicate 1 is FSDP2 (fully_shard); both > 1 is HSDP.
-- ``[activation_checkpoint] mode`` (:652, selective | full | memory_budget | none, default selective).
+- ``[activation_checkpoint] mode`` (:652, selective | full | memory_budget | none, default selective) and
+  ``selective_ac_option`` ('op': ``training.recompute: selective-op``; an integer N checkpoints every Nth block,
+  which dtsim cannot express per layer: 1 is ``full``, N > 1 is taken as ``full``, noted; default '2' in
+  pytorch/torchtitan@9dec370 torchtitan/config_manager.py:522-524).
+- the loss: ``cross_entropy(pred.float())`` runs eagerly (``training.cross_entropy: eager-fp32``) unless
+  torch.compile is on in a file of the ``[compile]`` era, which compiles the loss too
+  (pytorch/torchtitan@e7c0cae torchtitan/components/loss.py:20-29); December 2024 files left it eager
+  (pytorch/torchtitan@9dec370 train.py:131-138, the compile of the loss commented out).
 - ``[compile] enable`` (``[training] compile`` in older files): torch.compile of each block -> ``training.compile``
   (true or false as the file says; absent: torchtitan's default, off).
 - ``[parallelism] enable_async_tensor_parallel`` (``[experimental]`` in older files) with tp > 1 ->
@@ -51,7 +58,7 @@ _MODELLED = {
                  *_LAYOUT_KEYS},
     "parallelism": {"pipeline_parallel_microbatch_size", "mixed_precision_param", *_LAYOUT_KEYS},
     "experimental": _LAYOUT_KEYS,
-    "activation_checkpoint": {"mode"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
     "float8": {"enable_float8_linear"},
     "compile": {"enable"},
 }
@@ -189,7 +196,11 @@ def import_torchtitan_doc(doc: dict[str, Any], *, source: str, cluster: dict[str
                      "parallelisms/parallelize_llama.py:79-93): dtsim's fsdp shards over dp x cp too"
                      + ("; hsdp's shard groups do not include cp" if replicate > 1 else ""))
     if pp > 1 and par["sharding"] in ("fsdp", "hsdp"):
-        par["fsdp"] = {"reshard_after_forward": False}
+        par["fsdp"] = {"reshard_after_forward": False, "reduce_every_microbatch": False}
+        notes.append("with pipeline parallelism the FSDP2 stage runs every micro-batch's backward without gradient "
+                     "sync and reduce-scatters after the last (pytorch/pytorch@0138610331c90b8053a0bfc6df0175b200a1cad2 "
+                     "torch/distributed/pipelining/stage.py backward_maybe_with_nosync: set_requires_gradient_sync("
+                     "False)): parallelism.fsdp.reduce_every_microbatch: false")
         notes.append("with pipeline parallelism torchtitan does not reshard after forward (pytorch/torchtitan@9dec370 "
                      "torchtitan/parallelisms/parallelize_llama.py:326-339; torchtitan/distributed/fsdp.py:129-132 "
                      "at b5bcd76): parallelism.fsdp.reshard_after_forward: false")
@@ -200,13 +211,20 @@ def import_torchtitan_doc(doc: dict[str, Any], *, source: str, cluster: dict[str
         notes.append(f"[activation_checkpoint] mode = {mode!r} is not modelled: full recomputation")
         mode = "full"
     if mode == "selective":
-        notes.append("selective activation checkpointing (torchtitan's op or per-layer policy) is dtsim's "
-                     "selective recomputation (attention scores recomputed)")
+        option = str(ac.get("selective_ac_option", "2"))
+        if option == "op":
+            mode = "selective-op"
+            notes.append("selective_ac_option = 'op': training.recompute: selective-op (torchtitan's op policy)")
+        else:
+            notes.append(f"selective_ac_option = {option!r} (every Nth block fully checkpointed) is not expressible "
+                         "per layer in dtsim: full recomputation of every block")
+            mode = "full"
     converters = [str(c) for c in model_sec.get("converters", [])]
     fp8 = any("float8" in c for c in converters) or bool(doc.get("float8", {}).get("enable_float8_linear"))
     mpp = train.get("mixed_precision_param", par_sec.get("mixed_precision_param", "bfloat16"))
     precision = "fp8" if fp8 else "fp32" if mpp == "float32" else "bf16"
     compiled = bool(doc.get("compile", {}).get("enable", train.get("compile", False)))
+    loss_compiled = compiled and "compile" in doc
     if tp > 1 and par_sec.get("enable_async_tensor_parallel"):
         par["tp_comm_overlap"] = True
         notes.append("enable_async_tensor_parallel: micro-pipelined TP all-gather/reduce-scatter with the GEMMs "
@@ -216,7 +234,7 @@ def import_torchtitan_doc(doc: dict[str, Any], *, source: str, cluster: dict[str
         "name": f"torchtitan {name} {flavor}", "framework": "torchtitan", "model": model, "cluster": cluster,
         "parallelism": par,
         "training": {"micro_batch": micro, "global_batch": global_batch, "precision": precision, "recompute": mode,
-                     "compile": compiled},
+                     "compile": compiled, "cross_entropy": "fused" if loss_compiled else "eager-fp32"},
     }
     if fp8:
         scenario["training"]["fp8"] = _float8(doc, notes)

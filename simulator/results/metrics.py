@@ -272,6 +272,7 @@ def compute_result(rows: list[Row], facts: RunFacts, links: list[LinkStat]) -> R
         hfu=hw_per_gpu / facts.peak_flops_per_s,
         model_flops_per_step=facts.model_flops_per_step,
         peak_memory_bytes=max(m.peak_bytes for m in memory),
+        peak_allocated_bytes=max(m.peak_bytes - m.other_bytes for m in memory),
         gpu_memory_bytes=facts.gpu_memory_bytes,
         oom=oom is not None,
         oom_detail=oom,

@@ -99,7 +99,14 @@ class Result(_Out):
     mfu: float
     hfu: float
     model_flops_per_step: float
-    peak_memory_bytes: float
+    peak_memory_bytes: float = Field(
+        description="largest per-GPU peak: the bytes dtsim allocates (as torch.cuda.max_memory_allocated counts "
+        "them) plus the runtime reserve outside the caching allocator (category other: CUDA context, library "
+        "workspaces); the out-of-memory verdict compares it with the GPU's memory")
+    peak_allocated_bytes: float = Field(
+        0.0, description="peak_memory_bytes less the runtime reserve: what the caching allocator hands out at the "
+        "peak (torch.cuda.max_memory_allocated). The allocator's reserved peak (max_memory_reserved) is at least "
+        "this; its rounding and fragmentation are not modelled")
     gpu_memory_bytes: float
     oom: bool
     oom_detail: OomDetail | None = None

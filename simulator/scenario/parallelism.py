@@ -98,6 +98,10 @@ class FsdpOptions(Frozen):
     backward_prefetch: Literal["pre", "post", "none"] = Field("pre", description="BackwardPrefetch.BACKWARD_PRE default")
     forward_prefetch: bool = False
     limit_all_gathers: bool = Field(True, description="rate limiter: at most two FSDP units' parameters in flight")
+    reduce_every_microbatch: bool = Field(
+        True, description="True: each unit's gradient is reduce-scattered after every micro-batch's backward; False "
+        "(no sync, set_requires_gradient_sync(False), as torch.distributed.pipelining runs FSDP2 stages): the "
+        "unsharded gradients accumulate in the reduce dtype until the last micro-batch's backward")
 
 
 class MicsOptions(Frozen):
@@ -122,6 +126,11 @@ class ParallelismSpec(Frozen):
     cp_kv_heads: CpKvHeads = Field(
         "grouped", description="heads of the keys and values the attention call (and the CP exchange) sees: "
         "grouped = the model's kv heads; repeated = grouped-query K/V repeated to the query heads before attention")
+    sp_keeps_gathered_input: bool = Field(
+        False, description="with sequence parallelism, what a column-parallel linear keeps of its all-gathered "
+        "input for its weight gradient: false = its 1/tp shard, all-gathered again in the backward (Megatron, "
+        "Korthikanti et al. 2022); true = the gathered tensor itself (PyTorch DTensor tensor parallelism, e.g. "
+        "torchtitan: autograd saves the matmul's gathered input)")
     pipeline_schedule: PipelineSchedule = "1f1b"
     virtual_stages: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved only)")
     stage_layers: list[PositiveInt] | None = Field(

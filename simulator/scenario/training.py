@@ -15,7 +15,7 @@ from simulator.scenario.host import HostSpec
 
 __all__ = ["TrainingSpec", "SimSpec", "Recompute"]
 
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "selective-op", "full"]
 
 
 class TrainingSpec(Frozen):
@@ -24,7 +24,16 @@ class TrainingSpec(Frozen):
     precision: Precision = Field("bf16", description="compute precision; fp16/bf16/fp8 use fp32 master weights")
     fp8: Fp8Spec = Field(default_factory=Fp8Spec, description="the fp8 recipe, GEMMs and all-gather dtype "
                          "(read only when precision is fp8)")
-    recompute: Recompute = Field("none", description="activation recomputation (Korthikanti et al. 2022)")
+    recompute: Recompute = Field(
+        "none", description="activation recomputation: none; selective (Korthikanti et al. 2022: the attention core "
+        "is recomputed); selective-op (torchtitan's op-level policy, selective_ac_option = 'op': each block keeps "
+        "its input, every other matmul output, the fused-attention output and the reduce-scatter outputs, and "
+        "recomputes the rest in its backward; with fp8 linears no matmul output is kept); full (each block keeps "
+        "only its input and replays its forward in the backward)")
+    cross_entropy: Literal["fused", "eager-fp32"] = Field(
+        "fused", description="the loss kernel's memory: fused (a vocab-parallel cross entropy that keeps the fp32 "
+        "softmax and writes its gradient in place, Megatron) or eager-fp32 (cross_entropy(logits.float()) in eager "
+        "PyTorch, torchtitan: the backward also holds two more fp32 tokens x vocab tensors)")
     flash_attention: bool = Field(True, description="fused attention that never stores the s x s scores")
     flash_attention_version: Literal[1, 2, 3, "triton"] = Field(
         2, description="fused-attention kernel (speed): 1 (FlashAttention, 2022), 2 (FlashAttention-2, default), "

@@ -132,6 +132,10 @@ def titan_run(r: dict[str, Any]) -> TorchtitanRun:
         scenario["parallelism"]["cp_kv_heads"] = "repeated"
         stated.append(f"context-parallel K/V with the query heads: {TT_RUNS} torchtitan/models/llama/model.py:201-209 "
                       "(repeat_kv before scaled_dot_product_attention)")
+    if h200 and compiled:
+        scenario["training"]["cross_entropy"] = "fused"
+        stated.append(f"the loss is compiled with the model ({TT_H200} torchtitan/components/loss.py:20-29): "
+                      "a fused cross entropy (training.cross_entropy: fused)")
     assumptions += [f"import: {note}" for note in imported.notes]
     assumptions.append("H200 hosts (record: 8 H200 on NVLink, 400 Gb/s CX-7 per GPU): dtsim's dgx-h200 node" if h200
                        else "Grand Teton (record): dtsim's grand-teton node (topologies/nodes/grand-teton.yaml)")

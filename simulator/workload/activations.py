@@ -17,6 +17,7 @@ from simulator.costs.memory import (
     embedding_activation_bytes,
     layer_activation_bytes,
     logits_activation_bytes,
+    loss_workspace_bytes,
     model_state_bytes_per_param,
 )
 from simulator.scenario.spec import Scenario
@@ -83,13 +84,15 @@ def eager_saved_bytes(scenario: Scenario) -> float:
 @dataclass(frozen=True)
 class ActivationSizes:
     """Bytes one rank stores per micro-batch (``per_layer`` under the recompute policy,
-    ``full_layer`` without it), and the transient ``backward_workspace`` of one block."""
+    ``full_layer`` without it), the transient ``backward_workspace`` of one block and the
+    ``loss_workspace`` of the logits unit's backward."""
 
     per_layer: float
     full_layer: float
     backward_workspace: float
     embedding: float
     logits: float
+    loss_workspace: float = 0.0
 
     @classmethod
     def of(cls, scenario: Scenario) -> ActivationSizes:
@@ -102,6 +105,7 @@ class ActivationSizes:
                 ffn_hidden=m.ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                 recompute=recompute, flash_attention=shard.flash, dropout=m.dropout,
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
+                sp_keeps_gathered=par.sp_keeps_gathered_input,
             )
 
         eager = eager_saved_bytes(scenario)
@@ -114,10 +118,15 @@ class ActivationSizes:
                                                dropout=m.dropout, act_bytes=shard.elem)
         logits = logits_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, vocab=m.vocab,
                                          tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
-                                         act_bytes=shard.elem)
+                                         act_bytes=shard.elem, sp_keeps_gathered=par.sp_keeps_gathered_input)
         stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
-        return cls(stored, full, workspace, embedding, logits)
+        loss = loss_workspace_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp, cross_entropy=train.cross_entropy)
+        return cls(stored, full, workspace, embedding, logits, loss)
 
     def stored(self, kind: str) -> float:
         """Bytes a unit of ``kind`` stores for its backward."""
         return {"embedding": self.embedding, "logits": self.logits, "block": self.per_layer}[kind]
+
+    def workspace(self, kind: str) -> float:
+        """Transient bytes of a unit's backward beyond what it stored."""
+        return {"embedding": 0.0, "logits": self.loss_workspace, "block": self.backward_workspace}[kind]

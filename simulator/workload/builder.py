@@ -32,9 +32,14 @@ from simulator.workload.symmetry import Symmetry
 
 __all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES"]
 
-# CUDA context, cuBLAS/cuDNN workspaces and allocator slack that no tensor accounts for.
-# Estimate: ~0.5 GiB context on recent drivers plus workspaces; shows up in every rank's
-# "other" memory so an OOM verdict is not optimistic.
+# The runtime reserve (category "other"): memory a GPU loses outside the PyTorch caching
+# allocator: the CUDA context, library workspaces and NCCL's communicator buffers (NCCL
+# allocates its own, NCCL_BUFFSIZE per channel and peer). An uncited estimate (~0.5 GiB of
+# context on recent drivers plus those buffers), held in one place: it counts toward the
+# out-of-memory verdict, not toward Result.peak_allocated_bytes (what torch's allocator
+# statistics report). Assumption stated with it: dtsim models allocated bytes, not the
+# allocator's reserved segments (rounding to 512 B / 2 MiB, per-stream pools, fragmentation):
+# a reserved peak is at least the allocated one.
 CUDA_CONTEXT_BYTES = 1.0 * GiB
 
 

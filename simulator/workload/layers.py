@@ -57,7 +57,7 @@ class LayerEmitter:
             par, train = self.sc.parallelism, self.sc.training
             spec = LayerSpec(self.sc.model, self.shard, kind, phase, tp_overlap=par.tp_overlap,
                              comm_overlap=par.tp_comm_overlap, cp_comm=par.cp_comm, cp_kv_heads=par.cp_kv_heads,
-                             selective=kind == "block" and train.recompute == "selective" and phase == "bwd")
+                             recompute=train.recompute if kind == "block" and phase == "bwd" else "none")
             # the micro-batch's host work (data loader, inputs) precedes its first layer
             per_mb = self.host.microbatch_s if (kind, phase) == ("embedding", "fwd") else 0.0
             found = self._steps[key] = timed(layer_steps(spec), self.profile, train.precision,
@@ -74,7 +74,7 @@ class LayerEmitter:
         jobs = []
         if kind == "block" and self.sc.training.recompute == "full":
             jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd"), 0.0, 0.0))
-        workspace = self.activations.backward_workspace if kind == "block" else 0.0
+        workspace = self.activations.workspace(kind)
         jobs.append(Job(kind, "bwd", layer, self.steps(kind, "bwd"), workspace, -(workspace + stored)))
         return jobs
 

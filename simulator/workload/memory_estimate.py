@@ -99,8 +99,8 @@ def estimate_peak_memory(scenario: Scenario) -> MemoryEstimate:
             stored += logits if last.logits else 0.0
         # a layer's backward: its workspace and, for parameter-gathering strategies, its gathered weights
         block = workspace + _gathered_block_bytes(scenario, strategy, stage, last)
-        # the first backward starts with the logits (freeing them, no workspace), then a layer
-        transient = max(0.0, block - logits) if last.logits else block
+        # the first backward starts with the logits (the loss workspace, then freeing them), then a layer
+        transient = max(sizes.loss_workspace, block - logits) if last.logits else block
         estimate = MemoryEstimate(stage, states.total, strategy.static_buffers(params) + CUDA_CONTEXT_BYTES,
                                   stored + transient, capacity)
         if best is None or estimate.peak_bytes > best.peak_bytes:

@@ -9,11 +9,12 @@ compute profile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from simulator.costs.compute import ComputeProfile
 from simulator.costs.host import NO_HOST, HostCosts, host_time_s, issue_bound_time_s
+from simulator.costs.memory import op_policy_saved_matmuls
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import (
     Kernel,
@@ -25,7 +26,8 @@ from simulator.workload.model import (
     logits_forward,
 )
 
-__all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "base_steps", "attention_core", "split_casts"]
+__all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "base_steps", "attention_core", "split_casts",
+           "op_policy_recompute", "recompute_steps"]
 
 Phase = Literal["fwd", "bwd"]
 
@@ -58,7 +60,7 @@ class LayerSpec:
     phase: str  # fwd | bwd
     tp_overlap: bool = True
     comm_overlap: bool = False
-    selective: bool = False  # selective recomputation: the backward re-runs the attention core
+    recompute: str = "none"  # the block backward's recomputation policy (full replays the forward as its own pass)
     cp_comm: str = "ring-p2p"  # parallelism.cp_comm: how context parallelism moves K/V (ring-p2p | allgather)
     cp_kv_heads: str = "grouped"  # parallelism.cp_kv_heads: K/V heads the attention call sees (grouped | repeated)
 
@@ -75,6 +77,54 @@ def attention_core(fwd: list[Kernel]) -> list[Kernel]:
     return [k for k in fwd if k.kind == "attention" or k.name in ("scores", "softmax", "attn_v")]
 
 
+# the matmuls of each dtsim GEMM kernel (QKV and SwiGLU's gate/up run as one GEMM each)
+_GEMM_MATMULS = {"qkv": ("wq", "wk", "wv"), "proj": ("wo",), "fc1": ("w1", "w3"), "fc2": ("w2",)}
+_GELU_MATMULS = {"qkv": ("wq", "wk", "wv"), "proj": ("wo",), "fc1": ("fc1",), "fc2": ("fc2",)}
+
+
+def op_policy_recompute(fwd: list[Kernel], model: ModelSpec) -> list[Kernel]:
+    """The forward kernels torchtitan's op policy re-runs in a block's backward
+    (:func:`simulator.costs.memory.op_policy_saved_matmuls`): every kernel but the fused
+    attention and the saved matmuls' share of their GEMM (by output width), up to the MLP's
+    product. Non-reentrant checkpointing stops recomputing once the last tensor the backward
+    needs is rebuilt (early stop, on by default: pytorch torch/utils/checkpoint.py
+    ``_enable_checkpoint_early_stop = True``); nothing after the down projection's input is
+    needed, so the down projection and the last residual are not re-run. With SwiGLU and bf16:
+    wk (``kv/(a+2kv)`` of the QKV GEMM), wo and w3 (half of the gate/up GEMM), i.e. every
+    second matmul."""
+    d = model.head_dim
+    widths = {"wq": model.heads * d, "wk": model.n_kv_heads * d, "wv": model.n_kv_heads * d,
+              "wo": 1.0, "w1": 1.0, "w3": 1.0, "w2": 1.0, "fc1": 1.0, "fc2": 1.0}
+    parts = _GEMM_MATMULS if model.mlp == "swiglu" else _GELU_MATMULS
+    saved = op_policy_saved_matmuls(model.mlp)
+    core = {id(k) for k in attention_core(fwd)}
+    out: list[Kernel] = []
+    for k in fwd:
+        if (k.of or k.name) == "fc2":
+            break
+        if id(k) in core:
+            continue
+        if k.kind == "gemm" and k.name in parts:
+            names = parts[k.name]
+            share = sum(widths[n] for n in names if n not in saved) / sum(widths[n] for n in names)
+            if share <= 0.0:
+                continue
+            if share < 1.0 and k.mnk is not None:
+                m, n, kk = k.mnk
+                k = replace(k, flops=k.flops * share, nbytes=k.nbytes * share, mnk=(m, n * share, kk))
+        out.append(k)
+    return out
+
+
+def recompute_steps(fwd: list[Kernel], model: ModelSpec, policy: str) -> list[Step]:
+    """The step a block backward starts with: the op policy's recomputed forward (empty for
+    the other policies; selective's attention core runs inside the backward steps)."""
+    if policy != "selective-op":
+        return []
+    kernels = op_policy_recompute(fwd, model)
+    return [ComputeStep("recompute", tuple(kernels))] if kernels else []
+
+
 def base_steps(spec: LayerSpec) -> list[Step]:
     """The layer with no in-layer parallelism: one compute step of all its kernels."""
     model, shard = spec.model, spec.shard
@@ -82,8 +132,8 @@ def base_steps(spec: LayerSpec) -> list[Step]:
         fwd = block_forward(model, shard)
         if spec.phase == "fwd":
             return [ComputeStep("fwd", tuple(fwd))]
-        recompute = tuple(attention_core(fwd)) if spec.selective else ()
-        return [ComputeStep("bwd", recompute + tuple(backward_of(fwd)))]
+        recompute = tuple(attention_core(fwd)) if spec.recompute == "selective" else ()
+        return [*recompute_steps(fwd, model, spec.recompute), ComputeStep("bwd", recompute + tuple(backward_of(fwd)))]
     if spec.kind == "embedding":
         fwd = embedding_forward(model, shard)
         return [ComputeStep("embedding", tuple(fwd))] if spec.phase == "fwd" else [

@@ -6,13 +6,20 @@ once per micro-batch); all-gathers and reduce-scatters share one NCCL stream in 
 unit before the current backward; HYBRID_SHARD all-reduces the 1/g gradient shard across
 replicas after every backward (``torch/distributed/fsdp/_runtime_utils.py``;
 shared/REFERENCE.md §4).
+
+``fsdp.reduce_every_microbatch: false`` (no sync, ``set_requires_gradient_sync(False)``):
+each unit's unsharded gradient accumulates over the micro-batches, in the reduce dtype (FSDP2
+``FSDPParam.to_accumulated_grad_if_needed`` upcasts it when ``reduce_dtype`` differs from
+the parameter dtype), and is reduce-scattered after the unit's last backward only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.workload.data_parallel.zero3 import Zero3
+from simulator.ir import MemDelta
+from simulator.workload.data_parallel.base import grad_reduce_bytes
+from simulator.workload.data_parallel.zero3 import Emit, Zero3
 
 __all__ = ["FSDP"]
 
@@ -51,6 +58,22 @@ class FSDP(Zero3):
 
     def reduce_bucket_elements(self) -> float:
         return 0.0  # each unit's flat gradient is reduce-scattered right after its backward
+
+    def reduce_gradients(self, emit: Emit, unit: int, mb: int, task: int, *, last: bool) -> None:
+        """Reduce-scatter after every backward, or (no sync) keep the unit's unsharded gradient
+        from its first backward and reduce-scatter it after its last."""
+        if self.scenario.parallelism.fsdp.reduce_every_microbatch or self.scenario.micro_batches == 1:
+            super().reduce_gradients(emit, unit, mb, task, last=last)
+            return
+        nbytes = self.layout.unit_numel(emit.stage, unit) * grad_reduce_bytes(self.scenario)
+        state = emit.state
+        if unit not in state.accumulated:
+            state.accumulated.add(unit)
+            emit.marker(f"grad_accum.u{unit}", [task], (MemDelta(True, nbytes, "grads"),))
+        if last:  # the reduce-scatter's input is the accumulated gradient (allocated again there)
+            state.accumulated.discard(unit)
+            emit.marker(f"grad_accum.done.u{unit}", [task], (MemDelta(True, -nbytes, "grads"),))
+            super().reduce_gradients(emit, unit, mb, task, last=last)
 
     def prefetch_before(self, phase: str) -> bool:
         return not (phase == "bwd" and self.scenario.parallelism.fsdp.backward_prefetch == "post")

@@ -34,6 +34,7 @@ class GatherState:
     compute_seq: list[int] = field(default_factory=list)  # unit compute tasks in issue order
     # units kept gathered after forward (no reshard): unit -> [its all-gather, micro-batches still holding it]
     kept: dict[int, list[int]] = field(default_factory=dict)
+    accumulated: set[int] = field(default_factory=set)  # units whose unsharded gradients accumulate (no sync)
 
 
 Emit = RankEmitter[GatherState]

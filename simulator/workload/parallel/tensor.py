@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import Kernel, Shard, backward_of, block_forward, embedding_forward, logits_forward
-from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step, attention_core
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step, attention_core, recompute_steps
 
 __all__ = ["block_steps", "embedding_steps", "logits_steps", "place"]
 
@@ -40,7 +40,7 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
         return steps
     if spec.kind == "block":
         return block_steps(spec.model, spec.shard, spec.phase, tp_overlap=spec.tp_overlap,
-                           selective=spec.selective, comm_overlap=spec.comm_overlap)
+                           recompute=spec.recompute, comm_overlap=spec.comm_overlap)
     if spec.kind == "embedding":
         return embedding_steps(spec.model, spec.shard, spec.phase)
     return logits_steps(spec.model, spec.shard, spec.phase)
@@ -57,8 +57,11 @@ def _tensor_bytes(model: ModelSpec, shard: Shard) -> float:
 
 
 def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool = True,
-                selective: bool = False, comm_overlap: bool = False) -> list[Step]:
-    """Steps of one transformer block: phase ``fwd`` or ``bwd`` (selective: re-run the core)."""
+                recompute: str = "none", comm_overlap: bool = False) -> list[Step]:
+    """Steps of one transformer block: phase ``fwd`` or ``bwd`` (``recompute`` selective: re-run
+    the core in the attention backward; selective-op: a recompute step first, whose TP
+    collectives, re-run by torchtitan's policy (it saves no all-gather output), are not
+    modelled)."""
     fwd = block_forward(model, shard)
     core = attention_core(fwd)
     core_names = [k.name for k in core]
@@ -72,13 +75,14 @@ def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool 
             steps = _fwd_tp(model, shard, fwd, core_names)
     else:
         bwd = backward_of(fwd)
-        recompute = tuple(core) if selective else ()
+        core_again = tuple(core) if recompute == "selective" else ()
         if shard.tp == 1:
-            steps = [ComputeStep("bwd", recompute + tuple(bwd))]
+            steps = [ComputeStep("bwd", core_again + tuple(bwd))]
         elif comm_overlap and shard.sequence_parallel:
-            steps = _bwd_sp_pipelined(model, shard, bwd, core_names, recompute)
+            steps = _bwd_sp_pipelined(model, shard, bwd, core_names, core_again)
         else:
-            steps = _bwd_tp(model, shard, bwd, core_names, recompute, tp_overlap)
+            steps = _bwd_tp(model, shard, bwd, core_names, core_again, tp_overlap)
+        steps = [*recompute_steps(fwd, model, recompute), *steps]
     return steps
 
 
