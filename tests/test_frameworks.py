@@ -160,3 +160,14 @@ def test_megatron_reduces_gradients_in_fp32_only_for_bf16(precision, wire_bytes)
     scenario = simulator.load_scenario(GPT3, overrides=["framework=megatron-lm", f"training.precision={precision}"])
     assert scenario.training.grad_reduce_dtype == "fp32-for-bf16"
     assert grad_reduce_bytes(scenario) == wire_bytes
+
+
+def test_nemo_profile_runs_megatron_core_underneath():
+    """NeMo 2 trains through Megatron-Core's DDP and pipeline schedules and Transformer Engine:
+    its profile carries Megatron-Core's bucket layout, blocking pipeline sends and cuDNN attention,
+    besides the recipes' overlaps."""
+    s = simulator.load_scenario(GPT3, overrides=["framework=nemo"])
+    assert (s.parallelism.sharding, s.parallelism.zero.bucketing, s.parallelism.zero.bucket_size_per_dp_rank) == (
+        "zero1", "megatron-core", 1_000_000)
+    assert s.parallelism.p2p_blocking and s.parallelism.zero.overlap_param_gather
+    assert s.training.attention_kernel == "cudnn"
