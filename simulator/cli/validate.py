@@ -63,6 +63,8 @@ def validate(
     c = summary["collectives"]
     per.add_row("nccl-tests all-reduce >= 1 MiB", str(c["points"]), f"{100 * c['mape']:.1f}%",
                 f"{100 * c['max_abs_error']:.1f}%", "", "")
+    per.add_row("nccl-tests all-reduce < 1 MiB", str(c["small"]["points"]), f"{100 * c['small']['mape']:.1f}%",
+                f"{100 * c['small']['max_abs_error']:.1f}%", "", "")
     console.print(per)
     for pair in result.fp8_pairs():
         console.print(f"fp8/bf16 speed-up {pair.fp8.record.id} vs {pair.bf16.record.id}: measured "

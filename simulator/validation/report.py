@@ -141,7 +141,9 @@ def write_markdown(validation: Validation, directory: Path, *, html: bool = True
         lines += ["", unmapped]
     c = s["collectives"]
     lines += ["", f"Collectives (nccl-tests all-reduce on 2 x p4de.24xlarge, sizes >= {_size(COMM_MIN_BYTES)}): "
-              f"mean abs. error {100 * c['mape']:.1f}%, worst {100 * c['max_abs_error']:.1f}% over {c['points']} sizes.",
+              f"mean abs. error {100 * c['mape']:.1f}%, worst {100 * c['max_abs_error']:.1f}% over {c['points']} sizes; "
+              f"below {_size(COMM_MIN_BYTES)}: {100 * c['small']['mape']:.1f}%, worst "
+              f"{100 * c['small']['max_abs_error']:.1f}% over {c['small']['points']} sizes.",
               "", "## Training runs", "",
               "| record | GPUs | measured | measured step (s) | predicted step (s) | error | predicted MFU |",
               "|---|---:|---|---:|---:|---:|---:|"]

@@ -123,6 +123,7 @@ class Validation:
         }
         errors = [r.error for r in self.records]
         comm = [c.error for c in self.comm if c.record.nbytes >= COMM_MIN_BYTES]
+        small = [c.error for c in self.comm if c.record.nbytes < COMM_MIN_BYTES]
         return {
             "per_source": per_source,
             "overall": {"records": len(errors), "mape": self.mape(errors),
@@ -132,7 +133,9 @@ class Validation:
                            "predicted_speedup": p.predicted_speedup, "error": p.error} for p in self.fp8_pairs()],
             "collectives": {"points": len(comm), "mape": self.mape(comm),
                             "max_abs_error": max((abs(e) for e in comm), default=0.0),
-                            "min_bytes": COMM_MIN_BYTES},
+                            "min_bytes": COMM_MIN_BYTES,
+                            "small": {"points": len(small), "mape": self.mape(small),
+                                      "max_abs_error": max((abs(e) for e in small), default=0.0)}},
         }
 
 
