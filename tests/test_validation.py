@@ -7,12 +7,15 @@ Every record is described only by what its source states plus its framework's pr
 (``simulator/validation/records.py``). Current (docs/validation.md): LLM Foundry 6.3% MAPE
 (worst 24.2%, MPT-760M at 512 tokens), Megatron-Core 9.2% (worst +30.4%, 32B at tp 8, pp 1,
 dp 48: with micro-batch 1, dtsim's default, its fp32 reduce-scatter overlaps only the last of
-4 backwards), SC'21 7.9% (worst 11.8%, every record too fast), torchtitan 7.2% (worst 24.8%,
+4 backwards), SC'21 7.9% (worst 11.8%, every record too fast), torchtitan 7.3% (worst 24.7%,
 Llama 3.1 8B with cp 8 at 262k tokens: the 8B cp 4/8 rows stay 21-25% too fast under the modelled
 ring, their exchange hidden on NVLink), nccl-tests >= 1 MiB 5.7% (18.4%). Peak memory (torchtitan,
-the only source publishing it): 12.3% MAPE, worst -20.8%, every record low: dtsim predicts the
+the only source publishing it): 14.6% MAPE, worst -29.0%, every record low: dtsim predicts the
 caching allocator's allocated bytes, torchtitan logs its reserved peak, which adds fragmentation
-(not within the issue's 10% target yet). Attention is timed per kernel from published
+(not within the issue's 10% target yet). The memory ceiling rose from (12.5%, 21%) once, when the
+mapper stopped discarding the float8 section of torchtitan's configs: the 405B config's float8
+all-gather (and the December 2024 code's bf16 output head) now apply as the runs had them, and
+the 405B rows' underestimate turned out larger than the wrong mapping showed. Attention is timed per kernel from published
 benchmarks (topologies/kernels/attention.yaml); the host issue model (``simulator/costs/host.py``,
 10 us per launched op) moves none of them by 0.01 points: every record's kernels outlast their
 issue time, so what remains of their errors is not the host's launch overhead.
@@ -37,7 +40,7 @@ COLLECTIVES = (0.060, 0.190)
 # below 1 MiB: 11.9% MAPE, worst -31.7% at 32 KiB (tree/LL too fast from 16 to 64 KiB); the issue asks 25%
 COLLECTIVES_SMALL = (0.120, 0.320)
 # peak memory where the source publishes it (torchtitan's max_reserved): (MAPE ceiling, worst-record ceiling)
-MEMORY = {"torchtitan": (0.125, 0.210)}
+MEMORY = {"torchtitan": (0.150, 0.295)}
 
 
 @pytest.fixture(scope="module")

@@ -71,8 +71,8 @@ def titan_run(r: dict[str, Any]) -> TorchtitanRun:
     training["local_batch_size"] = local
     stated = [f"{gpus} GPUs, local batch {local}" + (f", global batch {batch['global_batch']}" if batch.get(
         "global_batch") else "") + f", Llama 3.1 {flavor} ({r['source']['location']})"]
-    assumptions = [f"torchtitan's shipped config {config} ({TT_H200 if h200 else TT_RUNS}; vendored in "
-                   "validation/torchtitan/) for what the record does not state"]
+    assumptions = [f"torchtitan's shipped config {config} ({TT_H200 if h200 else TT_RUNS}; the settings "
+                   "dtsim reads, in validation/torchtitan/) for what the record does not state"]
     if m.get("seq_len"):
         training["seq_len"] = m["seq_len"]
         stated.append(f"sequence length {m['seq_len']} (table)")
@@ -104,11 +104,18 @@ def titan_run(r: dict[str, Any]) -> TorchtitanRun:
                       "all-gather/reduce-scatter matmuls)")
     fp8 = "float8" in str(r["precision"]).lower()
     doc.setdefault("model", {})["converters"] = ["float8"] if fp8 else []
-    doc.pop("float8", None)
+    float8 = doc.setdefault("float8", {})
+    float8.pop("enable_float8_linear", None)  # the converters above say it
     if fp8:
-        stated.append("Float8 linears (table): training.precision fp8")
-        assumptions.append("float8 recipe details (dynamic scaling, float8 all-gather) are not mapped: dtsim's fp8 "
-                           "precision switch only; the training.fp8 recipe block is not used by this mapper")
+        stated.append("Float8 linears (table): training.precision fp8, torchao's dynamic tensorwise scaling (the "
+                      "config names no other recipe)")
+        if "float8 all-gather enabled" in str(r["precision"]):
+            float8["enable_fsdp_float8_all_gather"] = True
+            stated.append("float8 all-gather enabled (record): training.fp8.all_gather fp8")
+        else:
+            on = bool(float8.get("enable_fsdp_float8_all_gather"))
+            assumptions.append(f"float8 all-gather {'on' if on else 'off'}: the config's enable_fsdp_float8_all_gather "
+                               "(the doc does not state it)")
     schedule: dict[str, Any] = {}
     if pp > 1:
         # the local batch is split into pipeline_parallel_microbatches (default: the pp degree)
@@ -132,6 +139,11 @@ def titan_run(r: dict[str, Any]) -> TorchtitanRun:
         scenario["parallelism"]["cp_kv_heads"] = "repeated"
         stated.append(f"context-parallel K/V with the query heads: {TT_RUNS} torchtitan/models/llama/model.py:201-209 "
                       "(repeat_kv before scaled_dot_product_attention)")
+    if fp8 and not h200:
+        # torchtitan of December 2024 never converts the output projection (module_filter_fn, not a config key)
+        scenario["training"]["fp8"]["output_head"] = False
+        assumptions.append(f"output head in bf16: {TT_RUNS} torchtitan/float8.py:99 (module_filter_fn excludes "
+                           "'output')")
     if h200 and compiled:
         scenario["training"]["cross_entropy"] = "fused"
         stated.append(f"the loss is compiled with the model ({TT_H200} torchtitan/components/loss.py:20-29): "
