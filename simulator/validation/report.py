@@ -215,7 +215,9 @@ MODEL_NOTES = [
     "measured time per ring step grows about 1.6x from cp 2 to cp 4 on one node's NVLink, which nothing in "
     "torchtitan's or PyTorch's ring code explains (the exchange hides behind the attention steps); the 405B "
     "rows, whose cp neighbours sit in other nodes, follow the all-gather rotation of repeated K/V heads. Peak "
-    "memory is compared with the caching allocator's reserved peak that torchtitan logs.",
+    "memory: dtsim's allocated peak (without its 1 GiB runtime reserve) against the caching allocator's "
+    "reserved peak torchtitan logs; every record is predicted low, the 405B pipelined rows most, since "
+    "fragmentation, the context-parallel all-gather buffers and eager-mode temporaries are not modelled.",
     "- **Collectives**: only the 2 x p4de nccl-tests curve is in the public set; H100 NVLink SHARP and p5 EFA "
     "curves are not checked against measurements.",
 ]
