@@ -171,3 +171,16 @@ def test_nemo_profile_runs_megatron_core_underneath():
         "zero1", "megatron-core", 1_000_000)
     assert s.parallelism.p2p_blocking and s.parallelism.zero.overlap_param_gather
     assert s.training.attention_kernel == "cudnn"
+
+
+def test_settings_with_a_unit_print_with_it():
+    """``ddp.bucket_size`` is a size: Megatron's 40,000,000 fp32 elements = 160,000,000 B =
+    160e6 / 2**20 = 152.6 MiB; element counts (``zero.reduce_bucket_size``) and flags stay plain."""
+    from simulator.cli.run import _plain
+    from simulator.scenario import Scenario
+    from simulator.scenario.framework import field_quantity
+
+    assert field_quantity(Scenario, ("parallelism", "ddp", "bucket_size")) == "size"
+    assert field_quantity(Scenario, ("parallelism", "zero", "reduce_bucket_size")) is None
+    assert _plain(160_000_000.0, "size") == "152.6 MiB"
+    assert _plain(40_000_000, None) == "40000000" and _plain(False) == "false"

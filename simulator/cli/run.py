@@ -79,8 +79,14 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:5.1f}%" if whole > 0 else "-"
 
 
-def _plain(value: Any) -> str:
-    """A setting as a scenario file writes it (``false``, ``null``, ``40000000``, ``fp32``)."""
+def _plain(value: Any, quantity: str | None = None) -> str:
+    """A setting as a scenario file writes it (``false``, ``null``, ``40000000``, ``fp32``; sizes,
+    rates and times with their unit, ``160 MB``)."""
+    from simulator import units
+
+    if quantity is not None and isinstance(value, (int, float)):
+        return {"size": units.format_bytes, "rate": units.format_rate, "time": units.format_time}.get(
+            quantity, lambda v: json.dumps(v))(value)
     return value if isinstance(value, str) else json.dumps(value)
 
 
@@ -90,8 +96,12 @@ def _framework_rows(table: Table, sc: Any) -> None:
     settings = sc.framework_settings()
     label = sc.framework if sc.framework != "generic" else "generic (dtsim defaults)"
     table.add_row("framework", label + (f": {len(settings)} setting(s) differ from generic" if settings else ""))
+    from simulator.scenario import Scenario
+    from simulator.scenario.framework import field_quantity
+
     for path, value, source in settings:
-        table.add_row("", f"{path} = {_plain(value)} ({source})")
+        quantity = field_quantity(Scenario, tuple(path.split(".")))
+        table.add_row("", f"{path} = {_plain(value, quantity)} ({source})")
 
 
 def _print_summary(result: Any, sc: Any) -> None:

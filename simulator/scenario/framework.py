@@ -25,10 +25,11 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from simulator.catalog import Catalog
+from simulator.fields import quantity_of
 from simulator.scenario.parallelism import OPTION_BLOCKS
 
 __all__ = ["Framework", "FRAMEWORKS", "GENERIC", "SETTINGS_SOURCE_KEY", "apply_framework", "field_default", "value_at",
-           "source_of", "framework_settings"]
+           "source_of", "framework_settings", "field_quantity"]
 
 Framework = Literal[
     "generic", "megatron-core", "nemo", "megatron-lm", "deepspeed", "pytorch-fsdp", "torchtitan", "llm-foundry"
@@ -124,6 +125,16 @@ def field_default(model: type[BaseModel], path: tuple[str, ...]) -> Any:
     child = field.annotation
     assert isinstance(child, type) and issubclass(child, BaseModel), path
     return field_default(child, path[1:])
+
+
+def field_quantity(model: type[BaseModel], path: tuple[str, ...]) -> str | None:
+    """The physical quantity (``size``, ``rate``, ``time``) of the field at ``path``, None for plain values."""
+    field = model.model_fields[_field_name(model, path[0])]
+    if len(path) == 1:
+        return quantity_of(field.metadata)
+    child = field.annotation
+    assert isinstance(child, type) and issubclass(child, BaseModel), path
+    return field_quantity(child, path[1:])
 
 
 def _field_name(model: type[BaseModel], key: str) -> str:
