@@ -150,14 +150,17 @@ def test_cli_summary_lists_the_framework_settings():
     assert "training.grad_reduce_dtype = fp32-for-bf16 (megatron-core)" in out.stdout
 
 
-@pytest.mark.parametrize(("precision", "wire_bytes"), [("bf16", 4), ("fp16", 2), ("fp32", 4)])
+@pytest.mark.parametrize(("precision", "wire_bytes"), [("bf16", 4), ("fp16", 2), ("fp32", 4), ("fp8", 4)])
 def test_megatron_reduces_gradients_in_fp32_only_for_bf16(precision, wire_bytes):
     """Megatron's rule (profile value ``fp32-for-bf16``): bf16 training accumulates and reduces
     fp32 main gradients (4 bytes per element); fp16 keeps fp16 gradients (2 bytes) unless told
-    otherwise, as the SC'21 fp16 runs did; fp32 training reduces fp32 (4)."""
+    otherwise, as the SC'21 fp16 runs did; fp32 training reduces fp32 (4); fp8 runs keep bf16
+    parameters (--bf16 --fp8-format) and so fp32 main gradients (4)."""
     from simulator.workload.data_parallel.base import grad_reduce_bytes
 
-    scenario = simulator.load_scenario(GPT3, overrides=["framework=megatron-lm", f"training.precision={precision}"])
+    node = ["cluster.node=dgx-h100"] if precision == "fp8" else []  # fp8 tensor cores
+    scenario = simulator.load_scenario(GPT3, overrides=["framework=megatron-lm", f"training.precision={precision}",
+                                                        *node])
     assert scenario.training.grad_reduce_dtype == "fp32-for-bf16"
     assert grad_reduce_bytes(scenario) == wire_bytes
 

@@ -180,3 +180,15 @@ def test_cli_writes_a_scenario_that_runs(tmp_path: Path) -> None:
                           "--nodes", "99"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "does not divide the world size 792" in res.stderr and res.stdout == ""
+
+
+def test_nemo1_fp8_without_fp8_params_gathers_bf16_and_reduces_fp32() -> None:
+    """NeMo 1.x with ``fp8: true`` but no ``fp8_params`` all-gathers bf16 weights; a plain optimizer
+    reduces fp32 gradients (fp32 main gradients under O2, fp32 parameters without it), so the
+    nemo profile's NeMo 2 values do not leak in."""
+    text = GPT3_175B.replace("name: mcore_distributed_optim", "name: fused_adam").replace(
+        "  sequence_parallel: true\n", "  sequence_parallel: true\n  fp8: true\n")
+    s = _import(text, "dgx-h100", 128, 8)
+    assert (s.training.precision, s.training.fp8.all_gather, s.training.grad_reduce_dtype) == ("fp8", "bf16", "fp32")
+    s = _import(text.replace("  fp8: true\n", "  fp8: true\n  fp8_params: true\n"), "dgx-h100", 128, 8)
+    assert s.training.fp8.all_gather == "fp8"

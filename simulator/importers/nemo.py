@@ -62,6 +62,7 @@ _READ = {
     "attention_dropout", "make_vocab_size_divisible_by", "tokenizer", "vocab_size", "fp8",
     "activations_checkpoint_granularity", "ub_tp_comm_overlap", "optim", "max_position_embeddings",
     "megatron_amp_O2", "gradient_accumulation_fusion", "async_grad_allreduce", "grad_allreduce_chunk_size_mb",
+    "fp8_params",
 }
 _GATED = {"swiglu", "fast-swiglu", "geglu", "fast-geglu", "reglu", "fast-reglu"}
 _PLAIN = {"gelu", "fast-gelu", "squared-relu", "relu"}
@@ -194,10 +195,9 @@ def _data_parallel(model: dict[str, Any], precision: str, notes: list[str]) -> d
             ddp.update(bucket_size=f"{chunk_mib:g} MiB", first_bucket_size=f"{chunk_mib:g} MiB")
             notes.append(f"megatron_amp_O2 with {name}: fp32 gradients all-reduced during the backward in "
                          f"{chunk_mib:g} MiB chunks")
-        out: dict[str, Any] = {"sharding": "none", "ddp": ddp}
-        if o2 and precision == "bf16":
-            out["grad_reduce_dtype"] = "fp32"
-        return out
+        # O2 accumulates fp32 main gradients for bf16 (fp32_grad_accum, megatron_base_model.py:870-872);
+        # without O2 the parameters themselves stay fp32 under autocast: either way fp32 on the wire
+        return {"sharding": "none", "ddp": ddp, "grad_reduce_dtype": "fp32"}
     apex = name == "distributed_fused_adam"
     zero = {"gradient_reduction": "reduce_scatter", "overlap_comm": bool(optim.get("overlap_grad_sync", apex)),
             "overlap_param_gather": bool(optim.get("overlap_param_sync", False))}
@@ -279,8 +279,10 @@ def import_nemo(text: str, *, source: str, cluster: dict[str, Any], world: int, 
                             "or null")
     training: dict[str, Any] = {"micro_batch": micro, "global_batch": global_batch, "precision": precision,
                                 "recompute": granularity or "none"}
-    if "grad_reduce_dtype" in dp_part:
-        training["grad_reduce_dtype"] = dp_part["grad_reduce_dtype"]
+    training["grad_reduce_dtype"] = dp_part["grad_reduce_dtype"]
+    if precision == "fp8":
+        # fp8_params (default off) all-gathers the fp8 weights (megatron_gpt_model.py:611, fp8_param_gather)
+        training["fp8"] = {"all_gather": "fp8" if _get(model, "fp8_params", False) else "bf16"}
     ignored = _ignored(doc)
     scenario = {
         "name": f"NeMo {doc.get('name') or 'megatron_gpt'}: {shape['layers']}L-{shape['hidden']}h, tp {tp} pp {pp} "

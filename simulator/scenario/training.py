@@ -53,7 +53,7 @@ class TrainingSpec(Frozen):
     optimizer: Literal["adam", "sgd"] = Field("adam", description="adam: K = 12 bytes/param of fp32 states")
     grad_reduce_dtype: Literal["auto", "fp32", "bf16", "fp16", "fp32-for-bf16"] = Field(
         "auto", description="dtype of gradient reductions; auto = the parameters' training dtype; fp32-for-bf16 = "
-        "fp32 when training in bf16, else the training dtype (Megatron's fp32 main gradients)"
+        "fp32 when training in bf16 (or fp8 on bf16 parameters), else the training dtype (Megatron's fp32 main gradients)"
     )
     grad_clipping: bool = Field(True, description="gradient-norm all-reduce before the optimizer step")
     compile: bool | None = Field(

@@ -116,9 +116,10 @@ def _megatron_sc21(r: dict[str, Any]) -> Record:
               "--fp16 (CONFIG.sh); full recomputation (--activations-checkpoint-method uniform, run_table_1.sh)"]
     if par.get("ddp_impl") == "torch":
         # torch DDP: PyTorch's bucketed all-reduce overlapped with the backward, fp16 gradients
-        parallelism["ddp"] = {"overlap": True}
+        parallelism["ddp"] = {"overlap": True, "gradient_as_bucket_view": False}
         stated.append(f"--DDP-impl torch (run_table_1.sh): PyTorch DDP, gradients all-reduced during the backward "
-                      f"({MEGATRON_2021} megatron/training.py:246-251)")
+                      f"({MEGATRON_2021} megatron/training.py:246-251, which passes no gradient_as_bucket_view: "
+                      "PyTorch's default, a separate bucket copy of the gradients)")
     else:
         stated.append("--DDP-impl local (run_table_1.sh): Megatron's local DDP, one all-reduce after the backward")
     scenario = {
@@ -162,7 +163,10 @@ def _megatron_core(r: dict[str, Any]) -> Record | str:
     parallelism: dict[str, Any] = {"tp": tp, "pp": pp, "dp": gpus // (tp * pp)}
     stated = [f"tp {tp}, pp {pp}, {gpus} GPUs, global batch {batch['global_batch']}, model shape, seq "
               f"{m['seq_len']}, vocab {m['vocab']} (README table)", f"overlap flags: {par.get('overlap')}"]
-    assumptions = ["H100 SXM (record): dtsim's dgx-h100 node (8 x H100 SXM 80GB, NVSwitch, 8 x 400 Gb/s NDR)"]
+    assumptions = ["H100 SXM (record): dtsim's dgx-h100 node (8 x H100 SXM 80GB, NVSwitch, 8 x 400 Gb/s NDR)",
+                   "GPT architecture: pretrain_gpt.py's argument defaults, as the README states no other (GELU MLP, "
+                   "LayerNorm, learned absolute positions, tied embeddings, biases, dropout 0.1: NVIDIA/Megatron-LM@"
+                   "f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4 megatron/training/arguments.py)"]
     if "--tp-comm-overlap" in flags and tp > 1:
         parallelism.update(tp_comm_overlap=True, sequence_parallel=True)
         assumptions.append("sequence parallelism: --tp-comm-overlap requires it (NVIDIA/Megatron-LM@"

@@ -88,7 +88,8 @@ def titan_run(r: dict[str, Any]) -> TorchtitanRun:
     else:
         parallel.update(data_parallel_shard_degree=-1, tensor_parallel_degree=1, pipeline_parallel_degree=1,
                         context_parallel_degree=1)
-        stated.append("FSDP over all GPUs (the config's default layout, the command line changes none)")
+        assumptions.append("FSDP over all GPUs: the config's default layout (the benchmark's command line changes "
+                           "none)")
         assumptions.append("activation checkpointing: the config's mode (selective), the doc states none")
     compiled = "torch.compile" in techniques or "compile" in str(r.get("framework"))
     training["compile"] = compiled
@@ -148,7 +149,8 @@ def titan_run(r: dict[str, Any]) -> TorchtitanRun:
         scenario["training"]["cross_entropy"] = "fused"
         stated.append(f"the loss is compiled with the model ({TT_H200} torchtitan/components/loss.py:20-29): "
                       "a fused cross entropy (training.cross_entropy: fused)")
-    assumptions += [f"import: {note}" for note in imported.notes]
+    assumptions += [f"import: {note}" for note in imported.notes
+                    if not (schedule and "pipeline schedule (1F1B) is assumed" in note)]
     assumptions.append("H200 hosts (record: 8 H200 on NVLink, 400 Gb/s CX-7 per GPU): dtsim's dgx-h200 node" if h200
                        else "Grand Teton (record): dtsim's grand-teton node (topologies/nodes/grand-teton.yaml)")
     model = scenario["model"]

@@ -57,7 +57,8 @@ def grad_reduce_bytes(scenario: Scenario) -> int:
     """Bytes per gradient element on the wire: the training dtype unless overridden."""
     dtype = scenario.training.grad_reduce_dtype
     if dtype == "fp32-for-bf16":
-        dtype = "fp32" if scenario.training.precision == "bf16" else "auto"
+        # fp8 runs keep bf16 parameters (--bf16 --fp8-format): their main gradients are fp32 too
+        dtype = "fp32" if scenario.training.precision in ("bf16", "fp8") else "auto"
     if dtype == "auto":
         return weight_bytes(scenario.training.precision)
     return bytes_per_element(dtype)
