@@ -110,13 +110,16 @@ def test_encoder_runs_at_the_non_causal_rate():
 
 
 def test_gpu_without_table_keeps_the_curve_relations():
-    """V100 has no kernel table: fa2 runs at the profile's FLOP curve; triton-2023 as if its work
-    were 1.8x (time = 1.8 x fa2's time at 1.8x the FLOPs, i.e. the old relation)."""
+    """V100 has no kernel table: fa2 runs f FLOPs at the profile's curve, f / (peak * eff(f)),
+    plus the 4 us launch; triton-2023 takes what fa2 takes for 1.8 f (the old relation: its work
+    counted 1.8x on the same curve)."""
     v100 = _profile("v100-32gb")
     f, shape = 1e11, AttentionShape(2048, 128, 1.0)
+    fa2 = attention_time_s(v100, f, 0.0, "fp16", backward=False, kernel="fa2", shape=shape) - 4e-6
+    assert fa2 == pytest.approx(f / (v100.peak("fp16") * v100.attention_efficiency(f, "fp16", False)), rel=1e-12)
     fa2_at_18 = attention_time_s(v100, 1.8 * f, 0.0, "fp16", backward=False, kernel="fa2", shape=shape) - 4e-6
     triton = attention_time_s(v100, f, 0.0, "fp16", backward=False, kernel="triton-2023", shape=shape) - 4e-6
-    assert triton == pytest.approx(fa2_at_18, rel=1e-12)
+    assert triton == pytest.approx(fa2_at_18, rel=1e-12) and triton > 1.5 * fa2
 
 
 QUICK = "scenarios/quickstart.yaml"  # A100 40GB

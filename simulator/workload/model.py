@@ -147,9 +147,9 @@ def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool =
     hp = shard.gemm_precision
     if shard.flash:
         io = (2 * b * s_q * heads * d + 2 * b * s_k * kv * d) * e
-        # the table's length is the block one call runs: s/cp (a ring step's local queries
-        # against one rank's keys); with a load-balanced causal split only the diagonal step
-        # (1/cp of the FLOPs) is masked (Megatron-Core / Transformer Engine context parallelism)
+        # one call over the rank's queries: with cp > 1 the context-parallel pass
+        # (workload/parallel/context.py, ring_blocks) replaces this kernel by the ring's per-step
+        # calls and their own block shapes; this shape stands only for a kernel timed whole
         masked = (1.0 / shard.cp) if model.causal else 0.0
         shape = AttentionShape(s_q, d, masked)
         core = [Kernel("attention", "attention", core_flops * causal, io, None, "attn", attn=shape)]
