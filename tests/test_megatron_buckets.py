@@ -38,7 +38,7 @@ def test_buckets_close_at_the_cap_walking_backwards_and_the_shared_embedding_goe
     params = [Param("e", 100, 0), Param("a", 30, 1), Param("b", 30, 1), Param("c", 50, 2), Param("d", 10, 2)]
     names = [[p.name for p in b.params] for b in megatron_buckets(params, 60)]
     assert names == [["d", "c"], ["b", "a"], ["e"]]
-    assert [b.nbytes for b in megatron_buckets(params, 60)] == [60, 60, 100]
+    assert [b.elements for b in megatron_buckets(params, 60)] == [60, 60, 100]
     assert [[p.name for p in b.params] for b in megatron_buckets(params, 100, frozenset({"e"}))] == \
         [["d", "c", "b", "a"], ["e"]]
     assert [[p.name for p in b.params] for b in megatron_buckets(params, 100, frozenset({"b"}))] == \

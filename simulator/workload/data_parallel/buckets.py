@@ -28,7 +28,12 @@ class Param:
 @dataclass(frozen=True)
 class Bucket:
     params: tuple[Param, ...]
-    nbytes: float
+    nbytes: float  # bytes of its gradients as reduced (0 where the caller sizes it: Megatron's layout)
+
+    @property
+    def elements(self) -> float:
+        """Gradient (and parameter) elements in the bucket."""
+        return float(sum(p.numel for p in self.params))
 
     @property
     def ready_unit(self) -> int:
@@ -62,8 +67,9 @@ def megatron_buckets(params: list[Param], cap_elements: float | None, own_bucket
     closed as soon as it holds ``cap_elements`` or more (so a parameter larger than the cap
     fills a bucket alone), and a parameter named in ``own_bucket`` (the shared embedding with
     the distributed optimizer, :305-325) closes the bucket before it and gets one of its own;
-    ``cap_elements=None`` (no bucketing) puts everything else in one bucket. ``nbytes`` is
-    the bucket's element count: the caller multiplies by the bytes of what it moves."""
+    ``cap_elements=None`` (no bucketing) puts everything else in one bucket. The buckets carry
+    no byte size (``nbytes`` 0): one layout serves the gradient reduce-scatter and the parameter
+    all-gather, each sizing ``Bucket.elements`` by the bytes it moves."""
     buckets: list[list[Param]] = []
     current: list[Param] = []
     size = 0.0
@@ -79,4 +85,4 @@ def megatron_buckets(params: list[Param], cap_elements: float | None, own_bucket
             current, size = [], 0.0
     if current:
         buckets.append(current)
-    return [Bucket(tuple(b), float(sum(p.numel for p in b))) for b in buckets]
+    return [Bucket(tuple(b), 0.0) for b in buckets]

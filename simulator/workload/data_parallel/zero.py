@@ -118,7 +118,7 @@ class BucketedZero(Strategy[ZeroState]):
 
     def megatron_chunk_buckets(self, stage: int) -> list[list[Bucket]]:
         """Megatron-Core's buckets of each model chunk of ``stage`` (module docstring), in
-        bucket (reduction) order; ``nbytes`` counts elements."""
+        bucket (reduction) order."""
         par, model = self.scenario.parallelism, self.scenario.model
         out = []
         for c, chunk in enumerate(self.layout.chunks_of_stage(stage)):
@@ -166,7 +166,7 @@ class BucketedZero(Strategy[ZeroState]):
             state.buckets = [b for chunk in chunks for b in chunk]
             state.launch_units = self.launch_units(stage)
             if self._gather_in_forward:
-                state.gather_buckets = [({p.unit for p in b.params}, b.nbytes) for chunk in chunks
+                state.gather_buckets = [({p.unit for p in b.params}, b.elements) for chunk in chunks
                                         for b in reversed(chunk)]
         elif self._gather_in_forward:
             state.gather_buckets = self._gather_buckets(stage)
@@ -255,7 +255,7 @@ class BucketedZero(Strategy[ZeroState]):
         for i in indices:
             if i not in emit.state.reduced:
                 emit.state.reduced.add(i)
-                self._reduce(emit, emit.state.buckets[i].nbytes, 1, deps, key=("bucket", i))
+                self._reduce(emit, emit.state.buckets[i].elements, 1, deps, key=("bucket", i))
 
     def finish_rank(self, emit: RankEmitter[ZeroState]) -> None:
         state = emit.state
