@@ -16,6 +16,8 @@ from simulator import units
 __all__ = [
     "Frozen",
     "quantity_of",
+    "Elements",
+    "NonNegativeElements",
     "Bytes",
     "Rate",
     "Seconds",
@@ -65,11 +67,22 @@ Seconds = Annotated[float, _time[0], _time[1], Field(ge=0)]
 FlopRate = Annotated[float, _flop_rate[0], _flop_rate[1], Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
+
+
+class _Count:
+    """Marks a count of tensor elements (DeepSpeed's and Megatron's bucket sizes): not bytes."""
+
+
+_ELEMENTS = _Count()
+Elements = Annotated[int, _ELEMENTS, Field(gt=0)]
+NonNegativeElements = Annotated[int, _ELEMENTS, Field(ge=0)]
+
 # the quantity a unit-carrying field holds, by its validator (``quantity_of``)
-_QUANTITY = {id(_bytes[0]): "size", id(_rate[0]): "rate", id(_time[0]): "time", id(_flop_rate[0]): "FLOP rate"}
+_QUANTITY = {id(_bytes[0]): "size", id(_rate[0]): "rate", id(_time[0]): "time", id(_flop_rate[0]): "FLOP rate",
+             id(_ELEMENTS): "elements"}
 
 
 def quantity_of(metadata: list[Any]) -> str | None:
-    """``size``, ``rate``, ``time`` or ``FLOP rate`` for a field declared with one of the unit
-    types above (its pydantic ``FieldInfo.metadata``), else None."""
+    """``size``, ``rate``, ``time``, ``FLOP rate`` or ``elements`` for a field declared with one
+    of the unit types above (its pydantic ``FieldInfo.metadata``), else None."""
     return next((_QUANTITY[id(m)] for m in metadata if id(m) in _QUANTITY), None)

@@ -146,7 +146,7 @@ def test_cli_summary_lists_the_framework_settings():
     assert out.returncode == 0, out.stderr
     assert "megatron-core: 9 setting(s) differ from generic" in out.stdout
     assert "parallelism.zero.overlap_comm = false (megatron-core)" in out.stdout
-    assert "parallelism.zero.reduce_bucket_size = 50000000 (scenario)" in out.stdout
+    assert "parallelism.zero.reduce_bucket_size = 50,000,000 elements (scenario)" in out.stdout
     assert "training.grad_reduce_dtype = fp32-for-bf16 (megatron-core)" in out.stdout
 
 
@@ -178,12 +178,14 @@ def test_nemo_profile_runs_megatron_core_underneath():
 
 def test_settings_with_a_unit_print_with_it():
     """``ddp.bucket_size`` is a size: Megatron's 40,000,000 fp32 elements = 160,000,000 B =
-    160e6 / 2**20 = 152.6 MiB; element counts (``zero.reduce_bucket_size``) and flags stay plain."""
+    160e6 / 2**20 = 152.6 MiB; element counts (``zero.reduce_bucket_size``) say so; flags stay plain."""
     from simulator.cli.run import _plain
     from simulator.scenario import Scenario
     from simulator.scenario.framework import field_quantity
 
     assert field_quantity(Scenario, ("parallelism", "ddp", "bucket_size")) == "size"
-    assert field_quantity(Scenario, ("parallelism", "zero", "reduce_bucket_size")) is None
+    assert field_quantity(Scenario, ("parallelism", "zero", "reduce_bucket_size")) == "elements"
+    assert field_quantity(Scenario, ("parallelism", "tp")) is None
     assert _plain(160_000_000.0, "size") == "152.6 MiB"
-    assert _plain(40_000_000, None) == "40000000" and _plain(False) == "false"
+    assert _plain(40_000_000, "elements") == "40,000,000 elements" and _plain(8, None) == "8"
+    assert _plain(False) == "false"

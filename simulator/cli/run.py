@@ -85,8 +85,8 @@ def _plain(value: Any, quantity: str | None = None) -> str:
     from simulator import units
 
     if quantity is not None and isinstance(value, (int, float)):
-        return {"size": units.format_bytes, "rate": units.format_rate, "time": units.format_time}.get(
-            quantity, lambda v: json.dumps(v))(value)
+        return {"size": units.format_bytes, "rate": units.format_rate, "time": units.format_time,
+                "elements": lambda v: f"{v:,} elements"}.get(quantity, lambda v: json.dumps(v))(value)
     return value if isinstance(value, str) else json.dumps(value)
 
 

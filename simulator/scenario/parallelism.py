@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
 from simulator.errors import ScenarioError
-from simulator.fields import Bytes, Frozen
+from simulator.fields import Bytes, Elements, Frozen, NonNegativeElements
 from simulator.units import MiB
 
 __all__ = [
@@ -65,11 +65,11 @@ class DdpOptions(Frozen):
 class ZeroOptions(Frozen):
     """DeepSpeed ZeRO knobs (counts are in elements, as in DeepSpeed's config)."""
 
-    reduce_bucket_size: PositiveInt = Field(500_000_000, description="elements per gradient reduction bucket")
-    allgather_bucket_size: PositiveInt = Field(500_000_000, description="elements per stage-1/2 parameter all-gather")
-    prefetch_bucket_size: PositiveInt = Field(50_000_000, description="stage3_prefetch_bucket_size (elements)")
-    param_persistence_threshold: PositiveInt = Field(100_000, description="stage3: smaller params stay unpartitioned")
-    max_live_parameters: PositiveInt = Field(1_000_000_000, description="stage3_max_live_parameters (elements)")
+    reduce_bucket_size: Elements = Field(500_000_000, description="elements per gradient reduction bucket")
+    allgather_bucket_size: Elements = Field(500_000_000, description="elements per stage-1/2 parameter all-gather")
+    prefetch_bucket_size: Elements = Field(50_000_000, description="stage3_prefetch_bucket_size (elements)")
+    param_persistence_threshold: Elements = Field(100_000, description="stage3: smaller params stay unpartitioned")
+    max_live_parameters: Elements = Field(1_000_000_000, description="stage3_max_live_parameters (elements)")
     overlap_comm: bool | None = Field(None, description="None = DeepSpeed default (True for stage 3 only)")
     gradient_reduction: Literal["allreduce", "reduce_scatter"] = Field(
         "allreduce", description="stage 1/2: DeepSpeed all-reduces multi-rank buckets (default); reduce_scatter is "
@@ -86,7 +86,7 @@ class ZeroOptions(Frozen):
         "ParamAndGradBuffer: buckets of whole parameters filled in reverse order, one bucket on pipeline stages after "
         "the first and without overlap_comm, the tied embedding in a bucket of its own, the parameter all-gather over "
         "the same buckets")
-    bucket_size_per_dp_rank: NonNegativeInt = Field(
+    bucket_size_per_dp_rank: NonNegativeElements = Field(
         0, description="buckets hold at least this many elements per data-parallel rank (Megatron-Core: 1,000,000, "
         "so buckets grow to 1M x dp above dp 40); 0 = the bucket sizes alone")
 
