@@ -421,3 +421,14 @@ def test_cli_contradictions_exit_2_with_one_line(tmp_path: Path, args: list[str]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0], res.stderr
     assert res.stdout == ""
+
+
+def test_torchtitan_loss_compiled_only_in_files_of_that_era() -> None:
+    """torchtitan compiles the loss with the model from February 2025 on: a compiled file with
+    ``local_batch_size`` (June 2025 on) gets the fused loss; a December 2024 file (``batch_size``,
+    no ``[compile]``) keeps the eager fp32 loss."""
+    toml = '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 2\nseq_len = 8192\ncompile = true\n'
+    new = import_torchtitan(toml, source="job.toml", **_cluster("dgx-h100", 1, 8)).scenario["training"]
+    old = import_torchtitan(toml.replace("local_batch_size", "batch_size"), source="job.toml",
+                            **_cluster("dgx-h100", 1, 8)).scenario["training"]
+    assert (new["cross_entropy"], old["cross_entropy"]) == ("fused", "eager-fp32")

@@ -224,7 +224,10 @@ def import_torchtitan_doc(doc: dict[str, Any], *, source: str, cluster: dict[str
     mpp = train.get("mixed_precision_param", par_sec.get("mixed_precision_param", "bfloat16"))
     precision = "fp8" if fp8 else "fp32" if mpp == "float32" else "bf16"
     compiled = bool(doc.get("compile", {}).get("enable", train.get("compile", False)))
-    loss_compiled = compiled and "compile" in doc
+    # torchtitan compiles the loss with the model from pytorch/torchtitan@d1f62be73 (2025-02-20,
+    # build_cross_entropy_loss); December 2024 files (batch_size, no [compile]) ran it eager. A file
+    # with [compile] or local_batch_size (2025-06-05 on) is of the compiled-loss era.
+    loss_compiled = compiled and ("compile" in doc or "local_batch_size" in train)
     if tp > 1 and par_sec.get("enable_async_tensor_parallel"):
         par["tp_comm_overlap"] = True
         notes.append("enable_async_tensor_parallel: micro-pipelined TP all-gather/reduce-scatter with the GEMMs "

@@ -67,8 +67,9 @@ def titan_run(r: dict[str, Any]) -> TorchtitanRun:
     config = H200_CONFIG if h200 else CONFIGS[flavor]
     doc = copy.deepcopy(_config(config))
     training, parallel = doc.setdefault("training", {}), doc.setdefault("parallelism", {})
-    training.pop("batch_size", None)
-    training["local_batch_size"] = local
+    # the run's local batch under the key of its config's era (batch_size until June 2025)
+    key = "local_batch_size" if "local_batch_size" in training else "batch_size"
+    training[key] = local
     stated = [f"{gpus} GPUs, local batch {local}" + (f", global batch {batch['global_batch']}" if batch.get(
         "global_batch") else "") + f", Llama 3.1 {flavor} ({r['source']['location']})"]
     assumptions = [f"torchtitan's shipped config {config} ({TT_H200 if h200 else TT_RUNS}; the settings "
