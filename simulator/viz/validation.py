@@ -34,5 +34,6 @@ def validation_figure(validation: Any, names: dict[str, str], colours: dict[str,
 
 def write_validation_html(validation: Any, path: Path, names: dict[str, str], colours: dict[str, str]) -> Path:
     """An interactive page; plotly.js comes from its CDN to keep the file small in the repository."""
-    validation_figure(validation, names, colours).write_html(str(path), include_plotlyjs="cdn", full_html=True)
+    validation_figure(validation, names, colours).write_html(str(path), include_plotlyjs="cdn", full_html=True,
+                                                                div_id="dtsim-validation")
     return path
