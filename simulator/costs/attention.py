@@ -18,9 +18,10 @@ load-balanced ring attention, where only the diagonal step is masked; 0 without 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from simulator.costs.interp import interpolate_clamped
 
 __all__ = ["AttentionShape", "KernelRates", "PassTable", "complete", "interpolate_log2",
            "SPEED_WITHOUT_TABLE"]
@@ -48,15 +49,7 @@ class AttentionShape:
 
 def interpolate_log2(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     """Piecewise-linear ``ys`` over log2(``xs``) at ``x``, clamped at both ends."""
-    lx = math.log2(x)
-    lxs = [math.log2(v) for v in xs]
-    if lx <= lxs[0]:
-        return ys[0]
-    if lx >= lxs[-1]:
-        return ys[-1]
-    i = bisect_right(lxs, lx)
-    x0, x1, y0, y1 = lxs[i - 1], lxs[i], ys[i - 1], ys[i]
-    return y0 + (y1 - y0) * (lx - x0) / (x1 - x0)
+    return interpolate_clamped([math.log2(v) for v in xs], ys, math.log2(x))
 
 
 @dataclass(frozen=True)

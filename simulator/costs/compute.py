@@ -19,11 +19,11 @@ head dim and mask instead of the FLOP curve:
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from simulator.costs.attention import SPEED_WITHOUT_TABLE, AttentionShape, KernelRates
 from simulator.costs.dtypes import nearest_precision
+from simulator.costs.interp import interpolate_clamped
 
 __all__ = ["EfficiencyCurve", "ComputeProfile", "gemm_time_s", "attention_time_s", "memory_time_s", "roofline_time_s"]
 
@@ -44,15 +44,7 @@ class EfficiencyCurve:
             raise ValueError("efficiencies must be in (0, 1]")
 
     def __call__(self, flops: float) -> float:
-        x = math.log10(max(flops, 1.0))
-        xs, ys = self.log10_flops, self.efficiency
-        if x <= xs[0]:
-            return ys[0]
-        if x >= xs[-1]:
-            return ys[-1]
-        i = bisect_right(xs, x)
-        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        return interpolate_clamped(self.log10_flops, self.efficiency, math.log10(max(flops, 1.0)))
 
     def scaled(self, factor: float) -> EfficiencyCurve:
         return EfficiencyCurve(self.log10_flops, tuple(min(1.0, e * factor) for e in self.efficiency))
