@@ -16,6 +16,7 @@ from simulator.cluster import Router, build_cluster
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.costs.collectives import choose_algorithm
 from simulator.costs.flops import model_flops_per_token, op_policy_recomputed_params, recompute_flops_per_token
+from simulator.costs.nccl_env import NcclTuning
 from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
@@ -181,16 +182,17 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
     )
 
 
-def _collective_setup(spec: ClusterSpec) -> tuple[Any, CommResolver]:
+def _collective_setup(spec: ClusterSpec, tuning: NcclTuning | None = None) -> tuple[Any, CommResolver]:
     """The graph and resolver of a cluster, kept while the catalog's files are unchanged."""
-    return _collective_setup_in(spec, default_catalog())
+    return _collective_setup_in(spec, default_catalog(), tuning)
 
 
 @lru_cache(maxsize=8)
-def _collective_setup_in(spec: ClusterSpec, catalog: Catalog) -> tuple[Any, CommResolver]:
+def _collective_setup_in(spec: ClusterSpec, catalog: Catalog, tuning: NcclTuning | None) -> tuple[Any, CommResolver]:
     graph = build_cluster(spec, catalog)
     planner = CollectivePlanner(graph, Router(graph))
-    return graph, CommResolver(graph, planner, LinkClasses(graph, None), nccl_model(graph.nccl), block_ranks=None)
+    return graph, CommResolver(graph, planner, LinkClasses(graph, None), nccl_model(graph.nccl), block_ranks=None,
+                               tuning=tuning)
 
 
 def _as_spec(cluster: dict[str, Any] | ClusterSpec) -> ClusterSpec:
@@ -205,14 +207,17 @@ def simulate_collective(
     *,
     ranks: tuple[int, ...] | None = None,
     network: str = "flow",
+    tuning: NcclTuning | None = None,
 ) -> float:
     """Seconds of one collective over all GPUs of ``cluster`` (or ``ranks``), nccl-tests style.
 
     ``nbytes`` follows nccl-tests: the vector size for all-reduce, the total output for
     all-gather, the total input for reduce-scatter. ``algorithm`` None lets the NCCL-like
-    tuner choose (ring, tree, NVLS) by size and topology.
+    tuner choose (ring, tree, NVLS) by size and topology, within what ``tuning``
+    (``NCCL_ALGO`` / ``NCCL_PROTO``) enables. An algorithm or tuning the topology cannot run
+    raises :class:`ValueError`.
     """
-    graph, resolver = _collective_setup(_as_spec(cluster))
+    graph, resolver = _collective_setup(_as_spec(cluster), tuning)
     group = ranks or tuple(range(graph.world_size))
     pb = ProgramBuilder()
     pb.add(group[0], "comm", op, "dp", comm=CommOp(op_name(op), group, float(nbytes), "dp", (group,), algorithm))
@@ -222,9 +227,9 @@ def simulate_collective(
 
 
 def collective_choice(cluster: dict[str, Any] | ClusterSpec, op: str, nbytes: float,
-                      algorithm: str | None = None) -> str:
+                      algorithm: str | None = None, *, tuning: NcclTuning | None = None) -> str:
     """The algorithm and protocol the tuner picks, e.g. ``"tree/Simple"``."""
-    graph, resolver = _collective_setup(_as_spec(cluster))
+    graph, resolver = _collective_setup(_as_spec(cluster), tuning)
     group = tuple(range(graph.world_size))
     choice = resolver.choose(CommOp(op_name(op), group, float(nbytes), "dp", (group,), algorithm))
     return f"{choice.shape.algorithm}/{choice.protocol}"

@@ -75,9 +75,33 @@ class CollectivePlanner:
         if op == "all_reduce":
             if len(nodes) > 1:
                 algos.append("tree")
-            elif self.cluster.node_type.intra_node.nvls and self.cluster.gpu.nvlink and len(gpus) > 2:
+            elif self.unrunnable(op, "nvls", gpus) is None:
                 algos.append("nvls")
         return algos
+
+    def unrunnable(self, op: str, algorithm: str, gpus: tuple[int, ...]) -> str | None:
+        """Why ``algorithm`` cannot run ``op`` on this group (None: it can). Only NCCL's own
+        algorithms are checked (ring, tree, nvls, chain): NCCL runs Tree for all-reduce only,
+        NVLS needs NVLink SHARP in an NVSwitch node (dtsim models it inside one node, more
+        than two GPUs) and all-reduce; the others raise from their planner when they do not apply."""
+        node = self.cluster.node_type
+        if algorithm == "ring" and op not in ("all_reduce", "all_gather", "reduce_scatter"):
+            return f"dtsim's ring implements all_reduce, all_gather and reduce_scatter, not {op}"
+        if algorithm == "chain" and op != "broadcast":
+            return f"chain is dtsim's ring broadcast, not {op}"
+        if algorithm == "tree" and op != "all_reduce":
+            return f"NCCL's tree runs all_reduce only, not {op}"
+        if algorithm == "nvls":
+            if not (node.intra_node.nvls and self.cluster.gpu.nvlink):
+                where = "its NVSwitch has none" if node.intra_node.kind == "nvswitch" else f"it has {node.intra_node.kind}"
+                return f"NVLS needs NVLink SHARP (in-switch reduction) on an NVSwitch; a {node.name} node: {where}"
+            if op != "all_reduce":
+                return f"dtsim models NVLS for all_reduce only, not {op}"
+            if len(self.by_node(gpus)) > 1:
+                return "dtsim models NVLS inside one node only (NCCL's NVLSTree across nodes is not modelled)"
+            if len(gpus) <= 2:
+                return "NVLS needs more than two GPUs"
+        return None
 
     def plan(self, op: str, algorithm: str, gpus: tuple[int, ...]) -> CollectivePlan:
         key = (op, algorithm, gpus)

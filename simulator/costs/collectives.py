@@ -181,25 +181,30 @@ def collective_time_s(model: NcclModel, shape: CollectiveShape, protocol: str, n
     return collective_latency_s(model, shape, protocol, nbytes) + transfer
 
 
-def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float) -> tuple[str, ...]:
+def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float,
+                  enabled: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """Protocols NCCL would consider: LL for small messages, LL128 where 128-byte stores are
-    atomic (NVLink, InfiniBand) and the message is not huge, Simple always."""
+    atomic (NVLink, InfiniBand) and the message is not huge, Simple always; ``enabled``
+    (``NCCL_PROTO``) keeps only those it names."""
     if shape.algorithm == "nvls" or shape.op in ("d2h", "h2d"):
-        return ("Simple",)
-    options = []
-    if nbytes <= model.ll_max_bytes:
-        options.append("LL")
-    if shape.ll128_ok and nbytes <= model.ll128_max_bytes:
-        options.append("LL128")
-    options.append("Simple")
-    return tuple(options)
+        options = ["Simple"]
+    else:
+        options = []
+        if nbytes <= model.ll_max_bytes:
+            options.append("LL")
+        if shape.ll128_ok and nbytes <= model.ll128_max_bytes:
+            options.append("LL128")
+        options.append("Simple")
+    return tuple(p for p in options if enabled is None or p in enabled)
 
 
-def choose_algorithm(model: NcclModel, shapes: list[CollectiveShape], nbytes: float) -> Choice:
-    """The (algorithm, protocol) pair of least modelled time, as NCCL's tuner picks it."""
+def choose_algorithm(model: NcclModel, shapes: list[CollectiveShape], nbytes: float,
+                     protocols: tuple[str, ...] | None = None) -> Choice:
+    """The (algorithm, protocol) pair of least modelled time, as NCCL's tuner picks it;
+    ``protocols`` restricts the protocols (``NCCL_PROTO``)."""
     best: Choice | None = None
     for shape in shapes:
-        for protocol in protocols_for(model, shape, nbytes):
+        for protocol in protocols_for(model, shape, nbytes, protocols):
             t = collective_time_s(model, shape, protocol, nbytes)
             if best is None or t < best.time_s:
                 best = Choice(shape, protocol, t, collective_latency_s(model, shape, protocol, nbytes))

@@ -17,6 +17,7 @@ import numpy as np
 from simulator.cluster.collectives import CollectivePlanner
 from simulator.cluster.graph import ClusterGraph
 from simulator.costs.collectives import Choice, NcclModel, bandwidth_factor, choose_algorithm
+from simulator.costs.nccl_env import NcclTuning
 from simulator.engine.link_classes import LinkClasses
 from simulator.engine.lowering import CommLowering, CommPhase, PhaseLoad, Resolved, lower_plans
 from simulator.ir import CommOp
@@ -30,6 +31,7 @@ class CommResolver:
     """Resolves communication operations on one cluster (cached: a program repeats them).
 
     ``block_ranks``: ranks per block of identical replicas under symmetry reduction (None: off).
+    ``tuning``: what ``NCCL_ALGO`` / ``NCCL_PROTO`` leave the tuner (None: NCCL's defaults).
     """
 
     def __init__(
@@ -40,12 +42,14 @@ class CommResolver:
         model: NcclModel,
         *,
         block_ranks: int | None,
+        tuning: NcclTuning | None = None,
     ) -> None:
         self.cluster = cluster
         self.planner = planner
         self.classes = classes
         self.model = model
         self.block_ranks = block_ranks
+        self.tuning = tuning or NcclTuning()
         self.world = cluster.world_size
         self._lowered: dict[tuple[object, ...], tuple[CommPhase, ...]] = {}
         self._units: dict[tuple[object, ...], list[tuple[np.ndarray, np.ndarray, float]]] = {}
@@ -77,10 +81,39 @@ class CommResolver:
         key = (comm.op, comm.algorithm, comm.group, comm.nbytes)
         choice = self._choices.get(key)
         if choice is None:
-            algos = [comm.algorithm] if comm.algorithm else self.planner.candidates(comm.op, comm.group)
+            algos = self._algorithms(comm)
             shapes = [self.planner.plan(comm.op, a, comm.group).shape(self.cluster) for a in algos]
-            choice = self._choices[key] = choose_algorithm(self.model, shapes, comm.nbytes)
+            protocols = self.tuning.protocols(comm.op)
+            try:
+                choice = self._choices[key] = choose_algorithm(self.model, shapes, comm.nbytes, protocols)
+            except ValueError:
+                raise ValueError(
+                    f"NCCL_PROTO={self.tuning.proto}: no enabled protocol runs {comm.op} of {comm.nbytes:.0f} B by "
+                    f"{'/'.join(algos)} (dtsim offers LL up to {self.model.ll_max_bytes:.0f} B, LL128 up to "
+                    f"{self.model.ll128_max_bytes:.0f} B on NVLink/InfiniBand paths, NVLS Simple only)") from None
         return choice
+
+    def _algorithms(self, comm: CommOp) -> list[str]:
+        """The algorithms the tuner chooses among: the forced one, or NCCL's candidates for the
+        group narrowed by ``NCCL_ALGO``; one the topology cannot run is an error."""
+        group = comm.group
+        if comm.algorithm:
+            reason = self.planner.unrunnable(comm.op, comm.algorithm, group)
+            if reason:
+                raise ValueError(f"{comm.algorithm} cannot run here: {reason}")
+            return [comm.algorithm]
+        enabled = self.tuning.algorithms(comm.op)
+        if enabled is None:
+            return self.planner.candidates(comm.op, group)
+        order: list[str] = [a for a in ("ring", "chain", "tree", "nvls") if a in enabled]
+        algos = [a for a in order if self.planner.unrunnable(comm.op, a, group) is None]
+        if not algos:
+            reasons = "; ".join(f"{a}: {self.planner.unrunnable(comm.op, a, group)}" for a in order)
+            unmodelled = ", ".join(self.tuning.unmodelled(comm.op))
+            raise ValueError(f"NCCL_ALGO={self.tuning.algo}: no enabled algorithm can run {comm.op} here"
+                             + (f" ({reasons})" if reasons else "")
+                             + (f"; {unmodelled} not modelled by dtsim" if unmodelled else ""))
+        return algos
 
     def resolve(self, comm: CommOp) -> Resolved:
         key = (comm.op, comm.algorithm, comm.all_instances(), comm.nbytes, comm.count)
