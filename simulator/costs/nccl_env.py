@@ -70,6 +70,7 @@ class NcclTuning:
 
     algo: str | None = None
     proto: str | None = None
+    nvls_enable: bool = True  # NCCL_NVLS_ENABLE=0 takes NVLS out of the tuner's choice
 
     def __post_init__(self) -> None:
         self._algorithms()  # raise on bad syntax now, not at the first collective
@@ -78,7 +79,10 @@ class NcclTuning:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> NcclTuning:
         """The tuning an environment sets (empty values count as unset, as ``ncclGetEnv``)."""
-        return cls(env.get("NCCL_ALGO") or None, env.get("NCCL_PROTO") or None)
+        nvls = (env.get("NCCL_NVLS_ENABLE") or "1").strip()
+        if nvls not in ("0", "1", "2"):
+            raise ValueError(f"NCCL_NVLS_ENABLE={nvls}: expected 0 or 1")
+        return cls(env.get("NCCL_ALGO") or None, env.get("NCCL_PROTO") or None, nvls != "0")
 
     def _algorithms(self) -> dict[str, frozenset[str]] | None:
         return None if self.algo is None else _parse_list("NCCL_ALGO", self.algo, NCCL_ALGORITHMS)
@@ -116,4 +120,6 @@ class NcclTuning:
 
     def describe(self) -> str:
         """``NCCL_ALGO=... NCCL_PROTO=...`` as set (empty when neither is)."""
-        return " ".join(f"{k}={v}" for k, v in (("NCCL_ALGO", self.algo), ("NCCL_PROTO", self.proto)) if v)
+        nvls = None if self.nvls_enable else "0"
+        pairs = (("NCCL_ALGO", self.algo), ("NCCL_PROTO", self.proto), ("NCCL_NVLS_ENABLE", nvls))
+        return " ".join(f"{k}={v}" for k, v in pairs if v)

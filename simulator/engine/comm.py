@@ -104,11 +104,15 @@ class CommResolver:
             return [comm.algorithm]
         enabled = self.tuning.algorithms(comm.op)
         if enabled is None:
-            return self.planner.candidates(comm.op, group)
+            candidates = self.planner.candidates(comm.op, group)
+            return candidates if self.tuning.nvls_enable else [a for a in candidates if a != "nvls"]
         order: list[str] = [a for a in ("ring", "chain", "tree", "nvls") if a in enabled]
-        algos = [a for a in order if self.planner.unrunnable(comm.op, a, group) is None]
+        why = {a: self.planner.unrunnable(comm.op, a, group) for a in order}
+        if not self.tuning.nvls_enable and "nvls" in why:
+            why["nvls"] = "NCCL_NVLS_ENABLE=0"
+        algos = [a for a in order if why[a] is None]
         if not algos:
-            reasons = "; ".join(f"{a}: {self.planner.unrunnable(comm.op, a, group)}" for a in order)
+            reasons = "; ".join(f"{a}: {why[a]}" for a in order)
             unmodelled = ", ".join(self.tuning.unmodelled(comm.op))
             raise ValueError(f"NCCL_ALGO={self.tuning.algo}: no enabled algorithm can run {comm.op} here"
                              + (f" ({reasons})" if reasons else "")
