@@ -270,3 +270,15 @@ def test_nccl_list_syntax():
         NcclTuning("Ring;Tree")
     tree = collective_choice({"node": "p4d.24xlarge", "nodes": 2}, "all_reduce", 2**20, tuning=NcclTuning("Tree"))
     assert tree.startswith("tree/")
+
+
+def test_nvls_enable_zero_leaves_ring_and_protocol_flag_sets_nccl_proto(inproc):
+    """NCCL_NVLS_ENABLE=0 on one dgx-h100: 1 GiB all-reduce by ring (NVLS otherwise, above);
+    --protocol Simple and --protocol LL128 at 1 MiB on a dgx-a100 run those protocols."""
+    args = ("--node", "dgx-h100", "-b", "1G", "-e", "1G", "--format", "csv")
+    (row,) = csv.DictReader(io.StringIO(inproc(*args, env={"NCCL_NVLS_ENABLE": "0"}).stdout))
+    assert row["algorithm"] == "ring"
+    small = ("--node", "dgx-a100", "-b", "1M", "-e", "1M", "--format", "csv")
+    (simple,) = csv.DictReader(io.StringIO(inproc(*small, "--protocol", "Simple").stdout))
+    (ll128,) = csv.DictReader(io.StringIO(inproc(*small, "--protocol", "LL128").stdout))
+    assert (simple["protocol"], ll128["protocol"]) == ("Simple", "LL128")
