@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, get_args
 
-__all__ = ["CommOp", "MemDelta", "FusedPart", "FusedLayers", "TaskInfo", "Task", "Program", "ProgramBuilder", "STREAMS", "OpName", "HOST_COPY_OPS",
+__all__ = ["CommOp", "MemDelta", "KernelInfo", "FusedPart", "FusedLayers", "TaskInfo", "Task", "Program", "ProgramBuilder", "STREAMS", "OpName", "HOST_COPY_OPS",
            "COLLECTIVE_OPS", "is_host_copy", "op_name"]
 
 # stream names, one per kind of work (compute, and one per communication group kind)
@@ -74,11 +74,29 @@ class MemDelta:
     offset_s: float = 0.0
 
 
+class KernelInfo(NamedTuple):
+    """One GPU kernel of a compute task, for traces: ``kind`` gemm | attention | memory | cast,
+    its FLOPs and HBM bytes, ``shape`` (a GEMM's ``MxNxK`` for [M, K] x [K, N]; fused
+    attention's block sequence length, head dim and masked share; "" for memory-bound
+    kernels, which are described by their bytes) and ``time_s``, its modelled time in the
+    task (roofline time, stretched with its step when the host is the slower stage)."""
+
+    name: str
+    kind: str
+    flops: float
+    nbytes: float
+    shape: str
+    time_s: float
+
+
 class FusedPart(NamedTuple):
     """One kernel or collective inside a fused compute task, at ``offset_s`` from its start.
 
     ``category`` is ``compute`` or the collective's group kind (tp, cp); ``op``, ``nbytes``
-    and ``ranks`` describe a collective ("" / 0 / 1 for kernels).
+    and ``ranks`` describe a collective ("" / 0 / 1 for kernels), ``algorithm`` and
+    ``protocol`` the one the tuner chose for it. ``layer`` (-1: embedding or output layer)
+    and ``phase`` (fwd | bwd | recompute) are those of the layer pass the part belongs to;
+    ``flops`` and ``kernels`` those of a compute step.
     """
 
     name: str
@@ -88,6 +106,12 @@ class FusedPart(NamedTuple):
     op: str
     nbytes: float
     ranks: int
+    layer: int = -1
+    phase: str = ""
+    flops: float = 0.0
+    kernels: tuple[KernelInfo, ...] = ()
+    algorithm: str | None = None
+    protocol: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +136,7 @@ class TaskInfo:
     ``params`` an optimizer step's parameters; ``group`` the mesh group of a strategy's
     collective; ``src``/``dst``/``src_chunk``/``dst_chunk`` and ``role`` of a pipeline transfer;
     ``fused`` the inner timeline of a fused run of layers; ``fused_from`` the fused task a
-    slice was expanded from.
+    slice was expanded from; ``kernels`` the GPU kernels of a compute task (for traces).
     """
 
     phase: str | None = None
@@ -129,6 +153,7 @@ class TaskInfo:
     role: Literal["send", "recv"] | None = None
     fused: FusedLayers | None = None
     fused_from: str | None = None
+    kernels: tuple[KernelInfo, ...] = ()
 
     def extra_args(self) -> dict[str, Any]:
         """The fields a trace shows beyond phase, micro-batch, layer, chunk and FLOPs, by

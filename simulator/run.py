@@ -25,6 +25,7 @@ from simulator.results.simulation import Simulation
 from simulator.scenario import ClusterSpec, Scenario
 from simulator.version import __version__
 from simulator.workload import CommOp, Program, ProgramBuilder, Workload, build_workload, compute_profile
+from simulator.workload.fusion import CommCost
 
 __all__ = ["simulate", "run_simulation", "Simulation", "simulate_collective", "collective_choice", "FLOPS_CONVENTION"]
 
@@ -72,12 +73,14 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
     planner = CollectivePlanner(cluster, Router(cluster, seed=scenario.sim.seed))
     model = nccl_model(cluster.nccl)
 
-    def comm_time(op: str, group: tuple[int, ...], nbytes: float) -> float:
-        """A collective alone on its links: what a private (unshared) collective costs."""
+    def comm_time(op: str, group: tuple[int, ...], nbytes: float) -> CommCost:
+        """A collective alone on its links: what a private (unshared) collective costs, and the
+        algorithm and protocol NCCL's tuner would pick for it."""
         if len(group) <= 1 or nbytes <= 0:
-            return 0.0
+            return CommCost(0.0)
         shapes = [planner.plan(op, a, group).shape(cluster) for a in planner.candidates(op, group)]
-        return choose_algorithm(model, shapes, nbytes).time_s
+        choice = choose_algorithm(model, shapes, nbytes)
+        return CommCost(choice.time_s, choice.shape.algorithm, choice.protocol)
 
     workload = build_workload(scenario, profile, gpus_per_node=cluster.gpus_per_node, symmetric=symmetric,
                               comm_time=comm_time, node_kind=cluster.node_type.intra_node.kind, nccl=cluster.nccl)

@@ -110,8 +110,10 @@ def expand_fused(rows: list[Row]) -> list[Row]:
     task; its ``info.fused.parts`` keep the inner timeline (:class:`~simulator.ir.FusedPart`).
     Kernels become compute rows on the task's stream, collectives rows on a stream named after
     their group (``tp``, ``cp``); offsets and durations are stretched with the task
-    (:func:`stretch`). The task's memory changes (absolute times) ride on its first slice, so
-    memory timelines are unchanged.
+    (:func:`stretch`). Each slice carries its own layer, phase (a full recomputation's forward
+    is ``recompute``), FLOPs and kernels, and a collective its algorithm, protocol and time
+    alone. The task's memory changes (absolute times) ride on its first slice, so memory
+    timelines are unchanged.
     """
     out: list[Row] = []
     for row in rows:
@@ -126,11 +128,14 @@ def expand_fused(rows: list[Row]) -> list[Row]:
         for part in fused.parts:
             start = row.start_s + part.offset_s * scale
             duration = part.duration_s * scale
+            info = replace(base, layer=part.layer, phase=part.phase or base.phase)
             if part.op:
-                comm = CommRecord(part.op, part.nbytes, 1, part.ranks)
-                out.append(Row(row.rank, part.category, part.name, part.category, start, start + duration, base, mem,
+                comm = CommRecord(part.op, part.nbytes, 1, part.ranks, None, part.algorithm, part.protocol,
+                                  part.duration_s)
+                out.append(Row(row.rank, part.category, part.name, part.category, start, start + duration, info, mem,
                                comm))
             else:
-                out.append(Row(row.rank, row.stream, part.name, "compute", start, start + duration, base, mem))
+                info = replace(info, flops=part.flops, kernels=part.kernels)
+                out.append(Row(row.rank, row.stream, part.name, "compute", start, start + duration, info, mem))
             mem = ()
     return out

@@ -17,17 +17,18 @@ from typing import Any
 from simulator.catalog import NcclConstants, default_catalog
 from simulator.cluster.mesh import Mesh, mesh_for
 from simulator.costs.compute import ComputeProfile
-from simulator.ir import Program
+from simulator.ir import KernelInfo, Program
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
 from simulator.workload.activations import state_bytes_per_param
 from simulator.workload.data_parallel import Strategy, strategy_for
 from simulator.workload.emitter import Emitter
-from simulator.workload.fusion import CommTime, layer_comm_private
+from simulator.workload.fusion import CommCost, CommTime, layer_comm_private
 from simulator.workload.layers import LayerEmitter
 from simulator.workload.layout import ModelLayout
 from simulator.workload.model import kernels_time_s, optimizer_kernel
 from simulator.workload.pipeline.emit import PipelineEmitter
+from simulator.workload.steps import kernel_shape
 from simulator.workload.symmetry import Symmetry
 
 __all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES"]
@@ -83,7 +84,7 @@ class Workload:
         rep = self.mesh.stage_representatives[0]
         groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp")}
         self.layers = LayerEmitter(sc, self.layout, self.profile, fuse_layers=fuse,
-                                   comm_time=self.comm_time or (lambda op, group, nbytes: 0.0), groups=groups,
+                                   comm_time=self.comm_time or (lambda op, group, nbytes: CommCost(0.0)), groups=groups,
                                    overlap_slowdown=self.overlap_slowdown, join_group=self.mesh.group,
                                    symmetric=self.symmetry.enabled)
 
@@ -96,6 +97,13 @@ class Workload:
         kernel = optimizer_kernel(n_params, train.precision, train.optimizer)
         return kernels_time_s(self.profile, [kernel], train.precision) + train.host.costs().step_s
 
+    def optimizer_kernels(self, n_params: float) -> tuple[KernelInfo, ...]:
+        """The optimizer step's kernel as traces show it (its time without the host gap)."""
+        train = self.scenario.training
+        k = optimizer_kernel(n_params, train.precision, train.optimizer)
+        return (KernelInfo(k.name, k.kind, k.flops, k.nbytes, kernel_shape(k),
+                           kernels_time_s(self.profile, [k], train.precision)),)
+
     def initial_memory(self, rank: int) -> dict[str, float]:
         """What a rank holds at t = 0, by category: model states, static buffers, context."""
         stage = self.mesh.stage(rank)
@@ -107,7 +115,7 @@ class Workload:
 
     def build(self) -> Program:
         """Emit every simulated rank's iteration into one program."""
-        emitter = Emitter(self.mesh, self.symmetry, self.optimizer_time_s)
+        emitter = Emitter(self.mesh, self.symmetry, self.optimizer_time_s, self.optimizer_kernels)
         pipeline = PipelineEmitter(self.scenario, self.layout, self.layers, self.strategy)
         ranks = self.symmetry.simulated_ranks()
         for rank in ranks:

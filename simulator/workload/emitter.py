@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from simulator.cluster.mesh import Mesh
-from simulator.ir import CommOp, MemDelta, OpName, ProgramBuilder, Task, TaskInfo
+from simulator.ir import CommOp, KernelInfo, MemDelta, OpName, ProgramBuilder, Task, TaskInfo
 from simulator.workload.symmetry import Symmetry
 
 __all__ = ["Collective", "Emitter", "RankEmitter", "GROUP_STREAM"]
@@ -51,11 +51,13 @@ class Collective:
 class Emitter:
     """Builds one :class:`~simulator.ir.Program`; see the module docstring."""
 
-    def __init__(self, mesh: Mesh, symmetry: Symmetry, optimizer_time_s: Callable[[float], float]) -> None:
+    def __init__(self, mesh: Mesh, symmetry: Symmetry, optimizer_time_s: Callable[[float], float],
+                 optimizer_kernels: Callable[[float], tuple[KernelInfo, ...]] | None = None) -> None:
         self.mesh = mesh
         self.symmetry = symmetry
         self.program = ProgramBuilder()
         self.optimizer_time_s = optimizer_time_s
+        self.optimizer_kernels = optimizer_kernels
 
     def rank(self, rank: int, state: S) -> RankEmitter[S]:
         return RankEmitter(self, rank, self.mesh.stage(rank), state)
@@ -124,4 +126,7 @@ class RankEmitter(Generic[S]):
                   mem: tuple[MemDelta, ...] = ()) -> int:
         """The optimizer step over ``n_params`` local parameters (memory bound)."""
         duration = self.emitter.optimizer_time_s(n_params)
-        return self.compute(name, duration, deps, mem=mem, info=TaskInfo(phase="optimizer", params=n_params))
+        kernels = self.emitter.optimizer_kernels(n_params) if self.emitter.optimizer_kernels is not None else ()
+        info = TaskInfo(phase="optimizer", params=n_params, flops=sum(k.flops for k in kernels) if kernels else None,
+                        kernels=kernels)
+        return self.compute(name, duration, deps, mem=mem, info=info)

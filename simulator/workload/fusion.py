@@ -13,15 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from simulator.cluster.mesh import Mesh
-from simulator.costs.overlap import overlapped_time_s
+from simulator.costs.overlap import overlapped_kernel_time_s, overlapped_time_s
 from simulator.ir import FusedPart, MemDelta
 from simulator.workload.steps import CommStep, TimedStep
 
-__all__ = ["Macro", "Job", "fuse", "layer_comm_private", "job_label"]
+__all__ = ["Macro", "Job", "CommCost", "fuse", "layer_comm_private", "job_label"]
 
-CommTime = Callable[[str, tuple[int, ...], float], float]
+
+class CommCost(NamedTuple):
+    """A collective alone on its links: its time, and the algorithm and protocol chosen for it
+    (None: no choice was made, e.g. a group of one rank)."""
+
+    time_s: float
+    algorithm: str | None = None
+    protocol: str | None = None
+
+
+CommTime = Callable[[str, tuple[int, ...], float], CommCost]
 
 
 @dataclass(frozen=True)
@@ -90,9 +101,11 @@ def fuse(jobs: list[Job], comm_time: CommTime, groups: dict[str, tuple[int, ...]
         for timed in job.steps:
             step = timed.step
             if isinstance(step, CommStep):
-                duration = comm_time(step.op, groups[step.axis], step.nbytes)
+                cost = comm_time(step.op, groups[step.axis], step.nbytes)
+                duration = cost.time_s
                 parts.append(FusedPart(f"{label}.{step.name}", step.axis, t, duration, step.op, step.nbytes,
-                                       len(groups[step.axis])))
+                                       len(groups[step.axis]), job.layer, job.phase, algorithm=cost.algorithm,
+                                       protocol=cost.protocol))
                 comm[step.axis] = comm.get(step.axis, 0.0) + duration
                 if step.overlap:
                     pending.append((step.axis, duration))
@@ -100,10 +113,13 @@ def fuse(jobs: list[Job], comm_time: CommTime, groups: dict[str, tuple[int, ...]
                     t += duration
                     exposed[step.axis] = exposed.get(step.axis, 0.0) + duration
                 continue
-            parts.append(FusedPart(f"{label}.{step.name}", "compute", t, timed.duration_s, "", 0.0, 1))
+            longest_axis, longest = max(pending, key=lambda p: p[1], default=("tp", 0.0))
+            # the kernel's slice lasts as long as it runs, slowed while the collective beside it runs
+            parts.append(FusedPart(f"{label}.{step.name}", "compute", t,
+                                   overlapped_kernel_time_s(timed.duration_s, longest, slowdown), "", 0.0, 1,
+                                   job.layer, job.phase, timed.flops, timed.kernels))
             compute += timed.duration_s
             flops += timed.flops
-            longest_axis, longest = max(pending, key=lambda p: p[1], default=("tp", 0.0))
             segment = overlapped_time_s(timed.duration_s, longest, slowdown)
             t += segment
             if longest > 0:  # the part of the segment that is not the kernel's own time

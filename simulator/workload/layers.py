@@ -45,7 +45,7 @@ class LayerEmitter:
         self.symmetric = symmetric
         self.host = scenario.training.host.costs()
         self._steps: dict[tuple[str, str], list[TimedStep]] = {}
-        self._macros: dict[tuple[str, tuple[str, ...]], Macro] = {}
+        self._macros: dict[tuple[str, tuple[int, ...]], Macro] = {}
 
     # layer programs (cached) ----------------------------------------------------------------
 
@@ -120,7 +120,7 @@ class LayerEmitter:
                 mem.append(MemDelta(True, job.mem_end, "activations"))
             tid = emit.compute(f"{label}.{step.name}", step_timed.duration_s, list(deps), mem=tuple(mem),
                                info=TaskInfo(phase=phase, mb=mb, layer=layer, chunk=chunk.index,
-                                             flops=step_timed.flops))
+                                             flops=step_timed.flops, kernels=step_timed.kernels))
             deps = [tid] + ([pending_overlap] if pending_overlap is not None else [])
             pending_overlap = None
             last = tid
@@ -130,8 +130,9 @@ class LayerEmitter:
         return last
 
     def _macro(self, units: tuple[int, ...], phase: str) -> Macro:
-        kinds = tuple(self.layout.unit_kind(u)[0] for u in units)
-        key = (phase, kinds)
+        """The fused run of ``units`` in ``phase``, built once per run of units (its parts name
+        and number their own layers; micro-batches and symmetric ranks share it)."""
+        key = (phase, units)
         found = self._macros.get(key)
         if found is None:
             jobs = [job for u in units for job in self.jobs(u, phase)]

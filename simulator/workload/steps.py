@@ -15,6 +15,7 @@ from typing import Literal
 from simulator.costs.compute import ComputeProfile
 from simulator.costs.host import NO_HOST, HostCosts, host_time_s, issue_bound_time_s
 from simulator.costs.memory import op_policy_saved_matmuls
+from simulator.ir import KernelInfo
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import (
     Kernel,
@@ -22,11 +23,11 @@ from simulator.workload.model import (
     backward_of,
     block_forward,
     embedding_forward,
-    kernels_time_s,
+    kernel_time_s,
     logits_forward,
 )
 
-__all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "base_steps", "attention_core", "split_casts",
+__all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "kernel_shape", "base_steps", "attention_core", "split_casts",
            "op_policy_recompute", "recompute_steps"]
 
 Phase = Literal["fwd", "bwd"]
@@ -67,9 +68,23 @@ class LayerSpec:
 
 @dataclass(frozen=True)
 class TimedStep:
+    """A step with its time and FLOPs, and for a compute step its kernels as traces show them."""
+
     step: Step
     duration_s: float = 0.0
     flops: float = 0.0
+    kernels: tuple[KernelInfo, ...] = ()
+
+
+def kernel_shape(kernel: Kernel) -> str:
+    """A kernel's shape as traces show it: ``MxNxK`` for a GEMM ([M, K] x [K, N]), the block
+    sequence length, head dim and masked share of a fused attention call, "" otherwise."""
+    if kernel.mnk is not None:
+        return "x".join(f"{v:.10g}" for v in kernel.mnk)
+    if kernel.attn is not None:
+        a = kernel.attn
+        return f"seq {a.seq:.10g}, head_dim {a.head_dim:.10g}, masked {a.causal_fraction:.10g}"
+    return ""
 
 
 def attention_core(fwd: list[Kernel]) -> list[Kernel]:
@@ -178,14 +193,17 @@ def timed(steps: list[Step], profile: ComputeProfile, precision: str, attention_
     an in-layer pass splits it into steps.
     """
     compute = [s for s in steps if isinstance(s, ComputeStep)]
-    gpu = {id(s): kernels_time_s(profile, list(s.kernels), precision, attention_kernel) for s in compute}
+    each = {id(s): [kernel_time_s(profile, k, precision, attention_kernel) for k in s.kernels] for s in compute}
+    gpu = {key: sum(times) for key, times in each.items()}
     gpu_s = sum(gpu.values())
     host_s = host_time_s(sum(len(s.kernels) for s in compute), host, extra_host_s)
     stretch = issue_bound_time_s(gpu_s, host_s) / gpu_s if gpu_s > 0 else 1.0
     out = []
     for step in steps:
         if isinstance(step, ComputeStep):
-            out.append(TimedStep(step, gpu[id(step)] * stretch, sum(k.flops for k in step.kernels)))
+            kernels = tuple(KernelInfo(k.name, k.kind, k.flops, k.nbytes, kernel_shape(k), t * stretch)
+                            for k, t in zip(step.kernels, each[id(step)], strict=True))
+            out.append(TimedStep(step, gpu[id(step)] * stretch, sum(k.flops for k in step.kernels), kernels))
         else:
             out.append(TimedStep(step))
     return out

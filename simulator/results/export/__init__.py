@@ -24,6 +24,7 @@ from simulator.results.export.hta import (
     CUDA_LAUNCH_KERNEL_CBID,
     HTA_CPU_PID_OFFSET,
     HTA_CPU_TID,
+    HTA_FIRST_CORRELATION,
     HTA_FIRST_STREAM,
     HTA_LAUNCH_LEAD_US,
     hta_document,
@@ -51,4 +52,5 @@ __all__ = [
     "HTA_FIRST_STREAM",
     "HTA_LAUNCH_LEAD_US",
     "CUDA_LAUNCH_KERNEL_CBID",
+    "HTA_FIRST_CORRELATION",
 ]

@@ -8,8 +8,10 @@ The layout follows what users know from the PyTorch profiler:
   ``iteration`` thread carrying the ``ProfilerStep#N`` slice over the whole step. Rows
   that would overlap on one thread without nesting (concurrent operations on one stream)
   go to extra threads ``dp #2``, ``dp #3`` ..., so every thread's slices nest properly;
-* one complete event (``"ph": "X"``) per row, with args: phase, micro-batch, layer, FLOPs
-  and achieved TFLOP/s for compute; op, bytes, group size and members, algorithm,
+* one complete event (``"ph": "X"``) per row (a fused run of layers: one per kernel step and
+  collective inside it, each with its own layer), with args (:func:`row_args`): phase,
+  micro-batch, layer; FLOPs, bytes, achieved TFLOP/s and the kernels (name, FLOPs, bytes,
+  shape, modelled time) for compute; op, bytes, group size and members, algorithm,
   protocol, algorithm bandwidth and the slowdown against running alone for communication;
 * flow arrows (``"s"`` → ``"f"``) from each p2p send to its receive (rows of one transfer
   share ``Row.join``; the sender is the first member of the op's group);

@@ -29,13 +29,21 @@ from simulator.results.simulation import Simulation
 from simulator.units import MICROSECOND
 
 __all__ = ["hta_document", "write_hta_traces", "nccl_kernel_name", "HTA_CPU_PID_OFFSET", "HTA_CPU_TID",
-           "HTA_FIRST_STREAM", "HTA_LAUNCH_LEAD_US", "CUDA_LAUNCH_KERNEL_CBID"]
+           "HTA_FIRST_STREAM", "HTA_LAUNCH_LEAD_US", "CUDA_LAUNCH_KERNEL_CBID", "HTA_FIRST_CORRELATION"]
 
 HTA_CPU_PID_OFFSET = 1_000_000  # CPU process id = offset + rank (GPU processes use the local device index)
 HTA_CPU_TID = 1
 HTA_FIRST_STREAM = 7  # PyTorch's default CUDA stream id in Kineto traces
 HTA_LAUNCH_LEAD_US = 10  # kernels start this long after the iteration starts, so launches precede them
 CUDA_LAUNCH_KERNEL_CBID = 211  # CUPTI runtime callback id of cudaLaunchKernel
+# First correlation id. CUPTI numbers every CUDA runtime call of the process, so a real step's ids
+# are large (HTA's own example in hta/common/trace.py, transform_correlation_to_index: 278204204).
+# Ids that start at 1 break HTA on large traces: it downcasts integer columns to the smallest
+# type that holds them (hta/common/trace_parser.py, _compress_df: pd.to_numeric(downcast="integer")),
+# so ids below 32,768 make ``correlation`` int16, and transform_correlation_to_index then stores
+# row indices (one per event, 40,000+ for a 175B stage) in a column of that dtype:
+# "Invalid value ... for dtype 'int16'". From 2**20 on, the column is int32 and every index fits.
+HTA_FIRST_CORRELATION = 1 << 20
 
 _NCCL_COLL = {"all_reduce": "AllReduce", "reduce_scatter": "ReduceScatter", "all_gather": "AllGather",
               "broadcast": "Broadcast", "reduce": "Reduce"}
@@ -82,7 +90,7 @@ def hta_document(sim: Simulation, rank: int, *, step: int = 0) -> dict[str, Any]
     GPU kernels sit on process ``device`` (the rank's local GPU), one thread per stream id
     (streams from :data:`HTA_FIRST_STREAM` on, lanes of concurrent operations get their own
     ids); each has a 1 us ``cudaLaunchKernel`` on the CPU thread with the same
-    ``correlation``, in kernel start order, never overlapping: it starts
+    ``correlation`` (numbered from :data:`HTA_FIRST_CORRELATION`), in kernel start order, never overlapping: it starts
     :data:`HTA_LAUNCH_LEAD_US` before its kernel, or when the previous launch ends if that is
     later (only a burst of more than that many kernels starting together is launched late). Times are integer microseconds (HTA rounds float times), shifted
     by :data:`HTA_LAUNCH_LEAD_US` so the first launch precedes the first kernel.
@@ -116,7 +124,7 @@ def hta_document(sim: Simulation, rank: int, *, step: int = 0) -> dict[str, Any]
     kernels.sort()
     cpu_free = 0
     last_us = 0
-    for correlation, (start, end, i) in enumerate(kernels, start=1):
+    for correlation, (start, end, i) in enumerate(kernels, start=HTA_FIRST_CORRELATION):
         row = rows[i]
         cat, name = _kernel_name(row, facts.precision)
         stream = stream_of_tid[row_tid[i]]
