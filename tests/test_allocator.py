@@ -156,6 +156,16 @@ def test_replay_keeps_each_streams_cache_apart():
     assert [allocation_stream(r) for r in rows[:3]] == ["shard:all_gather", "compute", "compute"]
 
 
+def test_gradient_reduction_inputs_are_allocated_on_the_default_stream():
+    """FSDP2 copies a reduce-scatter's input in on the default stream (pytorch#129721): 40 MiB
+    of gradients on the reduce-scatter task, freed, then 40 MiB of activations reuse that block:
+    40 MiB reserved, not 80."""
+    rows = [_row("shard", 1.0, 40 * MiB, "grads", "reduce_scatter"), _row("shard", 2.0, -40 * MiB, "grads", "reduce_scatter"),
+            _row("compute", 3.0, 40 * MiB, "activations")]
+    assert allocation_stream(rows[0]) == "compute"
+    assert reserved_peak({}, rows, 80e9) == 40 * MiB
+
+
 def test_replay_frees_the_most_recent_allocations_of_a_category():
     """Two layers save 10 MiB and 20 MiB; backward frees 20 MiB (the exact match), then 25 MiB:
     the 10 MiB block and nothing more is live, so all of it goes; a 30 MiB request then fits

@@ -6,11 +6,17 @@ it (:mod:`simulator.costs.allocator`):
 
 * the model states at t = 0 (each category one allocation) and every task's changes in time
   order (frees first at equal times, as the allocated timeline applies them);
-* an allocation is made on the stream of the task that carries it; a communication task's
-  collective kind counts as its own stream (FSDP2 runs all-gathers and reduce-scatters on
-  separate streams: ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``,
-  ``all_gather_stream`` / ``reduce_scatter_stream``), and a zero-time marker (a release, a
-  gradient accumulation) on the default stream, where the framework's autograd work runs;
+* an allocation is made on the stream of the task that carries it, a gathering collective's
+  on a stream of its own per kind: FSDP2 allocates the all-gather output on its copy-in
+  stream, apart from the default stream ("avoid inter-stream fragmentation from using
+  separate unshard streams", ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``,
+  ``FSDPCommContext.lazy_init``, pytorch@002a76fbfea0ac0f199e4b8e2a0691074796c908); the
+  input of a gradient reduction (reduce-scatter, all-reduce) is copied in on the default
+  stream before the collective's stream waits on it (``foreach_reduce`` in
+  ``_fsdp_collectives.py``, pytorch@010ae4a89516fa3be548ab16dff711414ec12d0b; since
+  pytorch/pytorch#129721, June 2024, "to avoid fragmenting that memory across stream memory
+  pools"), and a
+  zero-time marker (a release, a gradient accumulation) stands for default-stream work;
 * a free of a category returns that category's live allocations, most recent first (backward
   frees what forward saved in reverse order): an allocation of exactly the freed size first,
   else as many as the size covers, the last one in part (:meth:`CachingAllocator.shrink`);
@@ -34,6 +40,7 @@ __all__ = ["reserved_peak", "allocation_stream", "DEFAULT_STREAM"]
 
 DEFAULT_STREAM = "compute"
 _OUTSIDE = "other"  # the runtime reserve: not the caching allocator's
+_REDUCTIONS = frozenset({"reduce_scatter", "all_reduce"})  # their input is copied in on the default stream
 
 
 def allocation_stream(row: Row) -> str:
@@ -41,7 +48,7 @@ def allocation_stream(row: Row) -> str:
     if row.category == "marker" or row.stream == "mem":
         return DEFAULT_STREAM
     if row.comm is not None:
-        return f"{row.stream}:{row.comm.op}"
+        return DEFAULT_STREAM if row.comm.op in _REDUCTIONS else f"{row.stream}:{row.comm.op}"
     return row.stream
 
 
