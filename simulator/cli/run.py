@@ -130,8 +130,8 @@ def _print_summary(result: Any, sc: Any) -> None:
     mem = max(result.memory, key=lambda m: m.peak_bytes)
     verdict = "[bold red]OUT OF MEMORY[/]" if result.oom else "[green]fits[/]"
     table.add_row("peak memory", f"{units.format_bytes(mem.peak_bytes)} of {units.format_bytes(mem.capacity_bytes)} "
-                  f"(rank {mem.rank}) {verdict}; allocated by the caching allocator "
-                  f"{units.format_bytes(result.peak_allocated_bytes)} (reserved: at least this, fragmentation not modelled)")
+                  f"(rank {mem.rank}) {verdict}; caching allocator: allocated "
+                  f"{units.format_bytes(result.peak_allocated_bytes)}, reserved {units.format_bytes(result.peak_reserved_bytes)}")
     if result.oom_detail is not None:
         table.add_row("", result.oom_detail.message)
     table.add_row("", "params {} grads {} optimizer {} activations {} buffers {} other {}".format(

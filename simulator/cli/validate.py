@@ -34,11 +34,11 @@ def validate(
         task = progress.add_task("simulating published runs", total=total)
         result = run_validation(sources=sources, progress=lambda _id: progress.advance(task))
     table = Table(title="predicted vs measured step time", title_justify="left")
-    for col in ("record", "GPUs", "measured (s)", "predicted (s)", "error", "peak memory (allocated)"):
+    for col in ("record", "GPUs", "measured (s)", "predicted (s)", "error", "peak memory (reserved)"):
         table.add_column(col, justify="left" if col == "record" else "right")
     for r in result.records:
         colour = "green" if abs(r.error) <= 0.10 else "yellow" if abs(r.error) <= 0.25 else "red"
-        peak = f"{r.peak_allocated_bytes / 2**30:.1f} GiB"
+        peak = f"{r.peak_reserved_bytes / 2**30:.1f} GiB"
         if r.memory_error is not None:
             peak += f" ({100 * r.memory_error:+.1f}%)"
         if r.oom:
@@ -81,6 +81,7 @@ def validate(
                              "error": r.error, "mfu": r.mfu, "oom": r.oom,
                              "peak_memory_bytes": r.peak_memory_bytes,
                              "peak_allocated_bytes": r.peak_allocated_bytes,
+                             "peak_reserved_bytes": r.peak_reserved_bytes,
                              "measured_peak_memory_bytes": r.record.measured_peak_memory_bytes,
                              "memory_error": r.memory_error, "stated": r.record.stated,
                              "mapping_assumptions": r.record.assumptions, "breakdown": r.breakdown}

@@ -12,7 +12,9 @@ Definitions (shared/ARCHITECTURE.md, conventions for results):
   a pipeline); the four add up to the step time;
 * memory: each rank starts with its model states and runtime reserve and applies the
   allocations and frees of its tasks in time order; the peak is reported with the bytes of
-  every category at that moment; OOM when a peak exceeds the GPU's memory.
+  every category at that moment; OOM when a peak exceeds the GPU's memory. The same
+  sequence replayed through the caching allocator (``results/reserved.py``) gives the
+  reserved peak (segments, per-stream caches), reported beside it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from simulator.costs.collectives import wire_factor
+from simulator.results.reserved import reserved_peak
 from simulator.results.result import Breakdown, CommSummary, LinkUsage, OomDetail, RankMemory, Result
 from simulator.results.rows import LinkStat, Row, RunFacts, stretch
 from simulator.units import format_bytes
@@ -171,6 +174,7 @@ def _rank_memory(rank: int, facts: RunFacts, rows: list[Row]) -> RankMemory:
         peak_bytes=peak_total,
         capacity_bytes=facts.gpu_memory_bytes,
         peak_time_s=peak_time,
+        peak_reserved_bytes=reserved_peak(facts.initial_memory[rank], rows, facts.gpu_memory_bytes),
     )
 
 
@@ -273,6 +277,7 @@ def compute_result(rows: list[Row], facts: RunFacts, links: list[LinkStat]) -> R
         model_flops_per_step=facts.model_flops_per_step,
         peak_memory_bytes=max(m.peak_bytes for m in memory),
         peak_allocated_bytes=max(m.peak_bytes - m.other_bytes for m in memory),
+        peak_reserved_bytes=max(m.peak_reserved_bytes for m in memory),
         gpu_memory_bytes=facts.gpu_memory_bytes,
         oom=oom is not None,
         oom_detail=oom,

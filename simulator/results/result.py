@@ -28,6 +28,9 @@ class RankMemory(_Out):
     peak_bytes: float
     capacity_bytes: float
     peak_time_s: float
+    peak_reserved_bytes: float = Field(
+        0.0, description="the PyTorch caching allocator's reserved peak over the step (its segments, "
+        "torch.cuda.max_memory_reserved), without the runtime reserve")
 
     @property
     def headroom_bytes(self) -> float:
@@ -105,8 +108,13 @@ class Result(_Out):
         "workspaces); the out-of-memory verdict compares it with the GPU's memory")
     peak_allocated_bytes: float = Field(
         0.0, description="peak_memory_bytes less the runtime reserve: what the caching allocator hands out at the "
-        "peak (torch.cuda.max_memory_allocated). The allocator's reserved peak (max_memory_reserved) is at least "
-        "this; its rounding and fragmentation are not modelled")
+        "peak (torch.cuda.max_memory_allocated)")
+    peak_reserved_bytes: float = Field(
+        0.0, description="the caching allocator's reserved peak (torch.cuda.max_memory_reserved), largest over "
+        "ranks: dtsim's allocations and frees replayed through a model of PyTorch's CUDA caching allocator "
+        "(512 B rounding, 2 MiB / 20 MiB / rounded segments, best fit with splitting, a cache per stream, "
+        "cached segments released when the device is full); at least peak_allocated_bytes. Each of dtsim's "
+        "allocations stands for a group of tensors: fragmentation between the tensors of one group is not seen")
     gpu_memory_bytes: float
     oom: bool
     oom_detail: OomDetail | None = None

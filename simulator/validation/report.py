@@ -151,6 +151,18 @@ def write_markdown(validation: Validation, directory: Path, *, html: bool = True
         lines.append(f"| `{r.record.id}` | {r.record.gpus} | {r.record.measured_metric} | "
                      f"{r.record.measured_step_s:.3f} | {r.predicted_step_s:.3f} | {_pct(r.error)} | "
                      f"{100 * r.mfu:.1f}% |")
+    memory = [r for r in sorted(validation.records, key=lambda r: r.record.id) if r.memory_error is not None]
+    if memory:
+        lines += ["", "## Peak memory", "",
+                  "Where a source publishes it (torchtitan's `max_reserved`, the caching allocator's reserved peak, "
+                  "without the CUDA context and NCCL's own buffers): dtsim's allocated peak and its reserved peak, the "
+                  "allocations replayed through the caching allocator model (`simulator/costs/allocator.py`); the "
+                  "error is the reserved one's.", "",
+                  "| record | measured (GiB) | predicted allocated (GiB) | predicted reserved (GiB) | error |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| `{r.record.id}` | {(r.record.measured_peak_memory_bytes or 0.0) / 2**30:.1f} | "
+                  f"{r.peak_allocated_bytes / 2**30:.1f} | {r.peak_reserved_bytes / 2**30:.1f} | "
+                  f"{_pct(r.memory_error or 0.0)} |" for r in memory]
     pairs = validation.fp8_pairs()
     if pairs:
         lines += ["", "## fp8 against bf16 (paired runs)", "",
@@ -200,7 +212,8 @@ MODEL_NOTES = [
     "all-gather dispatch, blocking pipeline sends, `--tp-comm-overlap`, the fp8 recipes (cast bytes from "
     "torchao's roofline model), eager versus compiled elementwise kernels, attention by kernel from the "
     "FlashAttention-3 paper's benchmarks, and the compute slowdown while a collective shares the GPU (18.9%, "
-    "Lee et al. 2025).",
+    "Lee et al. 2025); the CUDA caching allocator (`simulator/costs/allocator.py`: its default rules and sizes "
+    "from PyTorch's `c10/cuda/CUDACachingAllocator.cpp`, FSDP2's streams from its source; no constant fitted).",
     "- **Megatron-Core**: the README states neither micro-batch, recomputation nor precision, so dtsim's "
     "defaults apply (micro-batch 1, none, bf16). The 32B row (tp 8, pp 1, dp 48, four micro-batches) is the "
     "worst: with micro-batch 1 its fp32 gradient reduce-scatter (about 16 GB per rank) can overlap only the "
@@ -215,9 +228,12 @@ MODEL_NOTES = [
     "measured time per ring step grows about 1.6x from cp 2 to cp 4 on one node's NVLink, which nothing in "
     "torchtitan's or PyTorch's ring code explains (the exchange hides behind the attention steps); the 405B "
     "rows, whose cp neighbours sit in other nodes, follow the all-gather rotation of repeated K/V heads. Peak "
-    "memory: dtsim's allocated peak (without its 1 GiB runtime reserve) against the caching allocator's "
-    "reserved peak torchtitan logs; every record is predicted low, the 405B pipelined rows most, since "
-    "fragmentation, the context-parallel all-gather buffers and eager-mode temporaries are not modelled.",
+    "memory: dtsim's reserved peak (its allocations replayed through the caching allocator model, without the "
+    "1 GiB runtime reserve) against the reserved peak torchtitan logs; every record is predicted low, the 405B "
+    "pipelined rows most. The model sees segment rounding, the all-gather stream's own cache and the splitting "
+    "of cached blocks, at dtsim's granularity (a layer's saved activations are one allocation): fragmentation "
+    "between the tensors of one layer, the context-parallel all-gather buffers and eager-mode temporaries (the "
+    "eager rows sit about 5 GiB above their compiled twins, which dtsim predicts alike) are not modelled.",
     "- **Collectives**: only the 2 x p4de nccl-tests curve is in the public set; H100 NVLink SHARP and p5 EFA "
     "curves are not checked against measurements.",
 ]

@@ -29,7 +29,8 @@ class RecordResult:
     oom: bool
     breakdown: dict[str, float]
     peak_memory_bytes: float = 0.0
-    peak_allocated_bytes: float = 0.0  # the caching allocator's share of the peak (what torchtitan's figure counts)
+    peak_allocated_bytes: float = 0.0  # the caching allocator's allocated peak (max_memory_allocated)
+    peak_reserved_bytes: float = 0.0  # its reserved peak (max_memory_reserved: what torchtitan's figure counts)
 
     @property
     def error(self) -> float:
@@ -38,12 +39,12 @@ class RecordResult:
     @property
     def memory_error(self) -> float | None:
         """Predicted / published peak memory - 1, where the source publishes it. The published
-        figures are the PyTorch caching allocator's (torchtitan logs ``max_reserved``), which
-        holds no CUDA context or library workspace: the prediction compared is dtsim's allocated
-        peak without its runtime reserve (``Result.peak_allocated_bytes``), a lower bound of the
-        reserved one (fragmentation is not modelled)."""
+        figures are the PyTorch caching allocator's reserved peak (torchtitan logs
+        ``max_reserved``), which holds no CUDA context or library workspace: the prediction
+        compared is dtsim's reserved peak (``Result.peak_reserved_bytes``, its allocations
+        replayed through the allocator model)."""
         measured = self.record.measured_peak_memory_bytes
-        return None if not measured else self.peak_allocated_bytes / measured - 1
+        return None if not measured else self.peak_reserved_bytes / measured - 1
 
 
 @dataclass
@@ -147,7 +148,7 @@ def validate_record(record: Record) -> RecordResult:
     breakdown = {"compute": b.compute_s, "bubble": b.bubble_s, "idle": b.idle_s,
                  **{f"exposed {k}": v for k, v in b.exposed_comm_s.items()}}
     return RecordResult(record, result.step_time_s, result.mfu, result.oom, breakdown, result.peak_memory_bytes,
-                        result.peak_allocated_bytes)
+                        result.peak_allocated_bytes, result.peak_reserved_bytes)
 
 
 def validate_comm(record: CommRecord) -> CommResult:

@@ -64,7 +64,9 @@ def summary_rows(result: Any, scenario: Any) -> list[tuple[str, str]]:
         ("per GPU", f"{result.tflops_per_gpu:.1f} TFLOP/s model, {result.hardware_tflops_per_gpu:.1f} hardware; "
                     f"MFU {100 * result.mfu:.1f}%, HFU {100 * result.hfu:.1f}%"),
         ("peak memory", f"{format_bytes(mem.peak_bytes)} of {format_bytes(mem.capacity_bytes)} (rank {mem.rank}): "
-                        + ("OUT OF MEMORY" if result.oom else "fits")),
+                        + ("OUT OF MEMORY" if result.oom else "fits")
+                        + f"; caching allocator: allocated {format_bytes(result.peak_allocated_bytes)}, "
+                        f"reserved {format_bytes(result.peak_reserved_bytes)}"),
     ]
     if result.oom_detail is not None:
         rows.append(("", result.oom_detail.message))

@@ -37,10 +37,10 @@ __all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES
 # allocator: the CUDA context, library workspaces and NCCL's communicator buffers (NCCL
 # allocates its own, NCCL_BUFFSIZE per channel and peer). An uncited estimate (~0.5 GiB of
 # context on recent drivers plus those buffers), held in one place: it counts toward the
-# out-of-memory verdict, not toward Result.peak_allocated_bytes (what torch's allocator
-# statistics report). Assumption stated with it: dtsim models allocated bytes, not the
-# allocator's reserved segments (rounding to 512 B / 2 MiB, per-stream pools, fragmentation):
-# a reserved peak is at least the allocated one.
+# out-of-memory verdict, not toward Result.peak_allocated_bytes or peak_reserved_bytes (what
+# torch's allocator statistics report; the reserved peak is the allocations replayed through
+# the caching allocator model, simulator/results/reserved.py, whose limit is the GPU's memory
+# less this reserve).
 CUDA_CONTEXT_BYTES = 1.0 * GiB
 
 
