@@ -5,9 +5,12 @@ margin only absorbs floating-point differences between machines). Tighten them w
 model improves; never loosen them to make a change pass: find what the change broke.
 Every record is described only by what its source states plus its framework's profile
 (``simulator/validation/records.py``). Current (docs/validation.md): LLM Foundry 6.3% MAPE
-(worst 24.2%, MPT-760M at 512 tokens), Megatron-Core 9.2% (worst +30.4%, 32B at tp 8, pp 1,
-dp 48: with micro-batch 1, dtsim's default, its fp32 reduce-scatter overlaps only the last of
-4 backwards), SC'21 7.9% (worst 11.8%, every record too fast), torchtitan 7.3% (worst 24.7%,
+(worst 24.2%, MPT-760M at 512 tokens), Megatron-Core 8.9% (worst +30.7%, 32B at tp 8, pp 1,
+dp 48: with micro-batch 1, dtsim's default as the README states none, its fp32 reduce-scatter
+overlaps only the last of 4 backwards, as Megatron's code does; +10.9% at micro-batch 2, +2.6% at 4,
+the table in docs/validation.md; 1.7B -14.7% and 7.1B -10.9% too fast at any micro-batch), SC'21 7.7%
+(worst 11.8%, every record too fast; both Megatron sources cost the op-by-op vocab-parallel loss,
+``training.cross_entropy: megatron``), torchtitan 7.3% (worst 24.7%,
 Llama 3.1 8B with cp 8 at 262k tokens: the 8B cp 4/8 rows stay 21-25% too fast under the modelled
 ring, their exchange hidden on NVLink), nccl-tests >= 1 MiB 5.7% (18.4%). Peak memory (torchtitan,
 the only source publishing it, its caching allocator's reserved peak): 11.7% MAPE, worst -24.1%,
@@ -36,8 +39,8 @@ pytestmark = pytest.mark.slow
 # source: (MAPE ceiling, worst-record ceiling)
 THRESHOLDS = {
     "llm-foundry": (0.065, 0.245),
-    "megatron-core": (0.095, 0.310),
-    "megatron-sc21": (0.085, 0.125),
+    "megatron-core": (0.090, 0.310),
+    "megatron-sc21": (0.080, 0.120),
     "torchtitan": (0.075, 0.250),
 }
 COLLECTIVES = (0.060, 0.190)

@@ -84,7 +84,9 @@ def validate(
                              "peak_reserved_bytes": r.peak_reserved_bytes,
                              "measured_peak_memory_bytes": r.record.measured_peak_memory_bytes,
                              "memory_error": r.memory_error, "stated": r.record.stated,
-                             "mapping_assumptions": r.record.assumptions, "breakdown": r.breakdown}
+                             "mapping_assumptions": r.record.assumptions, "breakdown": r.breakdown,
+                             "unstated": [{"setting": path, "value": value, "error": alt.error, "oom": alt.oom}
+                                          for path, value, alt in result.unstated.get(r.record.id, [])]}
                             for r in result.records],
                 "collectives": [{"id": c.record.id, "bytes": c.record.nbytes, "measured_s": c.record.measured_s,
                                  "predicted_s": c.predicted_s, "error": c.error, "algorithm": c.algorithm}

@@ -21,12 +21,28 @@ What eager autograd keeps for the backward beyond the fused kernel's tensors, pe
 when the op is not recomputed: RMSNorm's fp32 copy of its input (``pow`` and the multiply
 save ``x.float()``): 4; rotary's fp32 complex query/key (the complex multiply saves it): 4.
 SwiGLU saves its two inputs and the SiLU output either way.
+
+The loss (:func:`cross_entropy_bytes_per_element`, per element of the rank's ``T x V/t`` logits):
+
+* ``fused`` / ``eager-fp32``: read the 16-bit logits, write and read back an fp32 value
+  (``e + 8``); the backward twice that.
+* ``megatron``: Megatron's vocab-parallel cross entropy without ``--cross-entropy-loss-fusion``
+  (off by default) runs op by op inside its autograd Function (megatron/core/tensor_parallel/
+  cross_entropy.py at NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4: forward
+  :120-185 through :27-77; the same ops at d98e8a64ddf34856e74b24714e3bedb2f5a39553, and in
+  megatron/mpu/cross_entropy.py at 6985e58938d40ad91ac07b0fddcfad8132e1447e after
+  ``output.float()``, megatron/model/gpt_model.py:56): ``.float()`` (e + 4), ``max`` (read 4),
+  in-place ``-= max`` (4 + 4), ``exp`` in place (4 + 4), ``sum`` (read 4), ``div_`` (4 + 4):
+  ``e + 36``; the backward (:190-210, :113) ``grad_input.mul_(grad_output)`` (4 + 4) and the
+  cast of the fp32 gradient it returns to the 16-bit logits' dtype (autograd casts a returned
+  gradient to its input's dtype; 4 + e): ``e + 12``. The per-token gathers and all-reduces
+  touch ``T`` values, not ``T x V``. fp32 logits skip both casts.
 """
 
 from __future__ import annotations
 
 __all__ = ["rmsnorm_bytes_per_element", "swiglu_bytes_per_element", "rotary_bytes_per_element",
-           "EAGER_SAVED_FP32_BYTES"]
+           "cross_entropy_bytes_per_element", "EAGER_SAVED_FP32_BYTES"]
 
 EAGER_SAVED_FP32_BYTES = 4.0  # the fp32 copy eager RMSNorm and rotary keep per element (see above)
 
@@ -44,3 +60,13 @@ def swiglu_bytes_per_element(act_bytes: float, *, eager: bool) -> float:
 def rotary_bytes_per_element(act_bytes: float, *, eager: bool) -> float:
     """HBM bytes of the rotary embedding per query/key element: ``16 + 2e`` eager, ``2e`` fused."""
     return 16.0 + 2.0 * act_bytes if eager else 2.0 * act_bytes
+
+
+def cross_entropy_bytes_per_element(act_bytes: float, impl: str) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of the loss per logits element (module docstring);
+    ``impl`` is ``training.cross_entropy``."""
+    if impl == "megatron":
+        cast = 0.0 if act_bytes == 4 else act_bytes + 4
+        return cast + 32.0, cast + 8.0
+    forward = act_bytes + 8.0
+    return forward, 2 * forward

@@ -236,8 +236,8 @@ def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp
 def loss_workspace_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entropy: str = "fused") -> float:
     """Transient bytes of the loss backward beyond the stored fp32 logits (``4*T*V/t``).
 
-    ``fused`` (Megatron's vocab-parallel cross entropy): the gradient is written over the
-    kept softmax, nothing more (0). ``eager-fp32``: torchtitan's
+    ``fused`` and ``megatron`` (Megatron's vocab-parallel cross entropy): the gradient is written
+    over the kept softmax, nothing more (0). ``eager-fp32``: torchtitan's
     ``cross_entropy(pred.flatten(0, 1).float(), labels)`` (pytorch/torchtitan@9dec370 train.py:131-134)
     runs eagerly as ``log_softmax`` then ``nll_loss`` (PyTorch ``cross_entropy_loss``); autograd
     keeps the fp32 log-softmax output. In the backward, ``nll_loss_backward`` allocates an fp32
@@ -251,6 +251,6 @@ def loss_workspace_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entrop
     zeros, ``exp(x)`` and the sum are alive together when the sum is made (and the zeros, the
     sum and the product when the product is), three fp32 ``T*V/t`` tensors beyond the stored
     one, ``12*T*V/t`` bytes."""
-    if cross_entropy == "fused":
+    if cross_entropy in ("fused", "megatron"):
         return 0.0
     return (8.0 if tp == 1 else 12.0) * tokens * vocab / tp

@@ -30,10 +30,12 @@ class TrainingSpec(Frozen):
         "its input, every other matmul output, the fused-attention output and the reduce-scatter outputs, and "
         "recomputes the rest in its backward; with fp8 linears no matmul output is kept); full (each block keeps "
         "only its input and replays its forward in the backward)")
-    cross_entropy: Literal["fused", "eager-fp32"] = Field(
-        "fused", description="the loss kernel's memory: fused (a vocab-parallel cross entropy that keeps the fp32 "
-        "softmax and writes its gradient in place, Megatron) or eager-fp32 (cross_entropy(logits.float()) in eager "
-        "PyTorch, torchtitan: the backward also holds two more fp32 tokens x vocab tensors)")
+    cross_entropy: Literal["fused", "megatron", "eager-fp32"] = Field(
+        "fused", description="the loss kernels: fused (one kernel each way that keeps the fp32 softmax and writes its "
+        "gradient in place), megatron (Megatron's vocab-parallel cross entropy without --cross-entropy-loss-fusion: "
+        "the same memory, run op by op: float copy, max, subtract, exp, sum, divide; its backward a scale and the cast "
+        "back) or eager-fp32 (cross_entropy(logits.float()) in eager PyTorch, torchtitan: the backward also holds two "
+        "more fp32 tokens x vocab tensors)")
     flash_attention: bool = Field(True, description="fused attention that never stores the s x s scores")
     flash_attention_version: Literal[1, 2, 3, "triton"] = Field(
         2, description="fused-attention kernel (speed): 1 (FlashAttention, 2022), 2 (FlashAttention-2, default), "

@@ -49,6 +49,8 @@ class Record:
     gpus: int = 0
     stated: list[str] = field(default_factory=list)  # what the source states and the mapper sets (cited)
     measured_peak_memory_bytes: float | None = None  # where the source publishes it
+    # settings the source leaves unstated that move the prediction: {scenario path: other values to simulate}
+    unstated: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -192,9 +194,13 @@ def _megatron_core(r: dict[str, Any]) -> Record | str:
                                          recompute=False)
     metric = (f"{measured['tflops_per_gpu']} TFLOP/s per GPU" if measured.get("tflops_per_gpu")
               else f"MFU {measured['mfu']}") + " (Megatron-Core model FLOPs)"
+    # the README states no micro-batch, and Megatron has no default (--micro-batch-size is required: NVIDIA/
+    # Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4 megatron/training/arguments.py:246 and 979);
+    # the other sizes that divide each data-parallel rank's share of the global batch are simulated beside
+    per_rank = batch["global_batch"] // parallelism["dp"]
     return Record(id=r["id"], source="megatron-core", citation=r["source"]["citation"], scenario=scenario,
                   measured_step_s=flops / (tflops * gpus), measured_metric=metric, assumptions=assumptions,
-                  gpus=gpus, stated=stated)
+                  gpus=gpus, stated=stated, unstated={"training.micro_batch": [b for b in (2, 4) if per_rank % b == 0]})
 
 
 LLM_FOUNDRY_BENCH = "mosaicml/llm-foundry@b2a43a1477a45f40f4086a1c72f851b0ab42d0ac"

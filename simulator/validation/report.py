@@ -186,10 +186,27 @@ def write_markdown(validation: Validation, directory: Path, *, html: bool = True
         lines += ["", "Mapped from the record's hardware or model, or required by a stated setting:", ""]
         lines += _unique(f"- {a}" for r in rs for a in r.record.assumptions)
         lines.append("")
+        lines += _unstated_table(validation, rs)
     lines += ["", "## What was fitted, and what resists", "", *MODEL_NOTES]
     path = directory / "validation.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _unstated_table(validation: Validation, rs: list[Any]) -> list[str]:
+    """The source's records re-simulated at other values of the settings it leaves unstated."""
+    probed = [(r, validation.unstated[r.record.id]) for r in rs if validation.unstated.get(r.record.id)]
+    if not probed:
+        return []
+    columns = _unique(f"{path} = {value}" for _, alts in probed for path, value, _ in alts)
+    lines = ["Unstated by the source, and deciding: the error as mapped (dtsim's default) and with the setting "
+             "at other values (OOM: predicted not to fit).", "",
+             "| record | as mapped | " + " | ".join(f"`{c}`" for c in columns) + " |",
+             "|---|---:|" + "---:|" * len(columns)]
+    for r, alts in sorted(probed, key=lambda p: p[0].record.id):
+        cells = {f"{path} = {value}": _pct(res.error) + (" OOM" if res.oom else "") for path, value, res in alts}
+        lines.append(f"| `{r.record.id}` | {_pct(r.error)} | " + " | ".join(cells.get(c, "") for c in columns) + " |")
+    return [*lines, ""]
 
 
 # The analysis behind the numbers above: which parameters were chosen with these records in
@@ -215,10 +232,30 @@ MODEL_NOTES = [
     "Lee et al. 2025); the CUDA caching allocator (`simulator/costs/allocator.py`: its default rules and sizes "
     "from PyTorch's `c10/cuda/CUDACachingAllocator.cpp`, FSDP2's streams from its source; no constant fitted).",
     "- **Megatron-Core**: the README states neither micro-batch, recomputation nor precision, so dtsim's "
-    "defaults apply (micro-batch 1, none, bf16). The 32B row (tp 8, pp 1, dp 48, four micro-batches) is the "
-    "worst: with micro-batch 1 its fp32 gradient reduce-scatter (about 16 GB per rank) can overlap only the "
-    "last micro-batch's backward, which Megatron's own code does too; a larger micro-batch would explain the "
-    "measurement but is not stated. The two strong-scaling rows state no layout and are not simulated.",
+    "defaults apply (micro-batch 1, none, bf16); Megatron has no default micro-batch (`--micro-batch-size` is "
+    "required, megatron/training/arguments.py:246 at NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4, "
+    "as are the citations below). The micro-batch decides the 32B row (tp 8, pp 1, dp 48, 4 sequences per rank). "
+    "Megatron r0.8.0 does what dtsim models: a bucket's reduce-scatter is launched only in the last "
+    "micro-batch's backward (`no_sync` around the others, pipeline_parallel/schedules.py:390-391; "
+    "`register_grad_ready`, distributed/param_and_grad_buffer.py:172-187, distributed_data_parallel.py:228-243), "
+    "gradients are reduced in fp32 for bf16 (arguments.py:300-306), buckets are max(40M, 1M x dp) parameters "
+    "(distributed_data_parallel.py:51-54), and the updated parameters are all-gathered one bucket at a time "
+    "during the first forward, the next bucket dispatched from the pre-hook that waits for the current one "
+    "(optimizer/distrib_optimizer.py:1330-1337, 1454-1475). A 32B rank holds 3.85 billion parameters: 15.4 GB "
+    "of fp32 gradients to reduce-scatter and 7.7 GB of bf16 parameters to gather over 48 ranks in 48 nodes, one "
+    "400 Gb/s NIC each, at least 0.30 s and 0.15 s at line rate. With micro-batch 1 only the last backward (a "
+    "sixth of the compute c) and the first forward (a twelfth) can hide them, so the measured 0.892 s needs "
+    "c + (0.30 - c/6) + (0.15 - c/12) <= 0.892, c <= 0.59 s: the compute alone at 70% or more of the bf16 dense "
+    "peak in model FLOPs, against 46% measured for the whole step. With micro-batch 4 (one micro-batch) the "
+    "whole backward and forward hide them; the table in the Megatron-Core section gives the error at "
+    "micro-batch 2 and 4. No single micro-batch suits every row: the pipelined rows' bubble grows with it. "
+    "The 1.7B and 7.1B rows are too fast at any micro-batch; not modelled there: attention dropout (0.1 by "
+    "default) inside the cuDNN kernel, whose published speeds are without dropout; the embedding's dense "
+    "vocab x hidden weight gradient and its fp32 accumulation (about 1% at 1.7B); the per-bucket NaN check "
+    "(a norm of each fp32 bucket and a host synchronisation, param_and_grad_buffer.py:109-118, on by default "
+    "for bf16) and the per-micro-batch loss NaN check (pretrain_gpt.py:136-141); Python's issue time (no cited "
+    "per-op figure for Megatron with Transformer Engine). The two strong-scaling rows state no layout and are "
+    "not simulated.",
     "- **Megatron-LM SC'21**: every record is predicted too fast by a similar margin; nothing stated in the "
     "scripts explains it (the unfused fused-softmax attention of that code is costed by its memory traffic).",
     "- **LLM Foundry**: the shortest sequences of the smallest models are the worst (MPT-760M at 512 tokens): "

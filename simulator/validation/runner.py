@@ -8,6 +8,7 @@ for 20%).
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
@@ -16,7 +17,8 @@ from typing import Any
 
 from simulator.validation.records import CommRecord, Record, load_comm_records, load_records
 
-__all__ = ["RecordResult", "CommResult", "Fp8Pair", "Validation", "validate", "validate_record", "COMM_MIN_BYTES"]
+__all__ = ["RecordResult", "CommResult", "Fp8Pair", "Validation", "validate", "validate_record", "validate_unstated",
+           "with_setting", "COMM_MIN_BYTES"]
 
 COMM_MIN_BYTES = 2**20
 
@@ -88,6 +90,9 @@ def _without_precision(scenario: dict[str, Any]) -> str:
 class Validation:
     records: list[RecordResult] = field(default_factory=list)
     comm: list[CommResult] = field(default_factory=list)
+    # {record id: [(scenario path, value, result)]}: the record re-simulated at other values of settings its
+    # source leaves unstated (Record.unstated), to show how much the unstated fact decides
+    unstated: dict[str, list[tuple[str, Any, RecordResult]]] = field(default_factory=dict)
 
     def by_source(self) -> dict[str, list[RecordResult]]:
         out: dict[str, list[RecordResult]] = defaultdict(list)
@@ -151,6 +156,24 @@ def validate_record(record: Record) -> RecordResult:
                         result.peak_allocated_bytes, result.peak_reserved_bytes)
 
 
+def with_setting(record: Record, path: str, value: Any) -> Record:
+    """``record`` with its scenario's setting ``path`` (dotted, e.g. ``training.micro_batch``) set to ``value``."""
+    scenario = copy.deepcopy(record.scenario)
+    *parents, leaf = path.split(".")
+    node = scenario
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    return Record(record.id, record.source, record.citation, scenario, record.measured_step_s,
+                  record.measured_metric, gpus=record.gpus)
+
+
+def validate_unstated(record: Record) -> list[tuple[str, Any, RecordResult]]:
+    """The record simulated at each other value of each setting its source leaves unstated."""
+    return [(path, value, validate_record(with_setting(record, path, value)))
+            for path, values in record.unstated.items() for value in values]
+
+
 def validate_comm(record: CommRecord) -> CommResult:
     from simulator.run import collective_choice, simulate_collective
 
@@ -167,6 +190,8 @@ def validate(*, sources: set[str] | None = None,
         if sources and record.source not in sources:
             continue
         out.records.append(validate_record(record))
+        if record.unstated:
+            out.unstated[record.id] = validate_unstated(record)
         if progress:
             progress(record.id)
     for comm in load_comm_records():

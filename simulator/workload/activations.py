@@ -63,7 +63,8 @@ def shard_of(scenario: Scenario) -> Shard:
     par, train = scenario.parallelism, scenario.training
     return Shard(batch=train.micro_batch, seq=scenario.model.seq_len, tp=par.tp, cp=par.cp,
                  sequence_parallel=par.sequence_parallel and par.tp > 1, precision=train.precision,
-                 attention_kernel=scenario.attention_kernel, fp8=fp8_casting(scenario), compile=train.compile)
+                 attention_kernel=scenario.attention_kernel, fp8=fp8_casting(scenario), compile=train.compile,
+                 cross_entropy=train.cross_entropy)
 
 
 def eager_saved_bytes(scenario: Scenario) -> float:

@@ -30,6 +30,7 @@ from simulator.costs import compute as cc
 from simulator.costs.attention import AttentionShape
 from simulator.costs.dtypes import activation_bytes
 from simulator.costs.elementwise import (
+    cross_entropy_bytes_per_element,
     rmsnorm_bytes_per_element,
     rotary_bytes_per_element,
     swiglu_bytes_per_element,
@@ -57,6 +58,7 @@ class Kernel:
     fp8: Fp8Casting | None = None  # an fp8 GEMM: how its operands are cast (its backward casts its gradient)
     of: str = ""  # a cast kernel: the GEMM pass it feeds (qkv, qkv.dgrad, ...), which passes keep it with
     attn: AttentionShape | None = None  # fused attention: what the kernel tables look up
+    bwd_nbytes: float | None = None  # a memory kernel whose backward moves other than twice its bytes
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Shard:
     attention_kernel: str = "fa2"
     fp8: Fp8Casting | None = None  # how the fp8 GEMMs cast (precision fp8 only)
     compile: bool | None = None  # training.compile: None = framework-fused kernels, True = Inductor, False = eager
+    cross_entropy: str = "fused"  # training.cross_entropy: the loss's kernels (costs/elementwise.py)
 
     @property
     def flash(self) -> bool:
@@ -224,7 +227,8 @@ def backward_of(kernels: list[Kernel]) -> list[Kernel]:
             out.append(Kernel(k.name + ".bwd", "attention", FLASH_BWD_FLOP_RATIO * k.flops, 2 * k.nbytes, None,
                               k.section, attn=k.attn))
         else:
-            out.append(Kernel(k.name + ".bwd", "memory", 0.0, 2 * k.nbytes, None, k.section))
+            nbytes = 2 * k.nbytes if k.bwd_nbytes is None else k.bwd_nbytes
+            out.append(Kernel(k.name + ".bwd", "memory", 0.0, nbytes, None, k.section))
     return out
 
 
@@ -241,17 +245,19 @@ def embedding_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
 
 
 def logits_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
-    """Final norm, output GEMM [T, h] x [h, V/t], and the fp32 cross-entropy over V/t."""
+    """Final norm, output GEMM [T, h] x [h, V/t], and the fp32 cross-entropy over V/t (its bytes
+    per logits element: :func:`~simulator.costs.elementwise.cross_entropy_bytes_per_element`)."""
     e, h, t = shard.elem, model.hidden, shard.tp
     T, Tn = shard.tokens, shard.norm_tokens
     vocab = model.vocab / t
     # torch.compile is applied per block (pytorch/torchtitan@9dec370 torchtitan/parallelisms/parallelize_llama.py:
     # 297-303): the final norm stays eager in torch-level models, compiled or not
     norm = rmsnorm_bytes_per_element(e, eager=shard.compile is not None) if model.norm == "rmsnorm" else 2 * e
+    loss_fwd, loss_bwd = cross_entropy_bytes_per_element(e, shard.cross_entropy)
     return [
         _memory("final_ln", Tn * h * norm, "logits"),
         *_linear("logits", T, vocab, h, shard, "logits", head=True),
-        _memory("cross_entropy", T * vocab * (e + 4 + 4), "loss"),
+        Kernel("cross_entropy", "memory", 0.0, T * vocab * loss_fwd, None, "loss", bwd_nbytes=T * vocab * loss_bwd),
     ]
 
 
