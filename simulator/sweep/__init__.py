@@ -42,7 +42,15 @@ The package, one concept per module:
 from __future__ import annotations
 
 from simulator.sweep.cache import ResultCache, atomic_write_text
-from simulator.sweep.executors import EXECUTOR_HELP, InlineExecutor, RayExecutor, default_workers, open_executor
+from simulator.sweep.executors import (
+    EXECUTOR_HELP,
+    InlineExecutor,
+    RayExecutor,
+    bound_workers,
+    check_executor,
+    default_workers,
+    open_executor,
+)
 from simulator.sweep.expressions import ExpressionError, evaluate, references
 from simulator.sweep.file import GPU_COUNT_FIELDS, SweepFile, SweepSpec, load_sweep
 from simulator.sweep.output import feasible_rows, results_csv, write_results
@@ -65,6 +73,8 @@ __all__ = [
     "references",
     # executors
     "open_executor",
+    "check_executor",
+    "bound_workers",
     "default_workers",
     "InlineExecutor",
     "RayExecutor",
