@@ -25,7 +25,7 @@ def search(
                                                "2e12 (default: 20 per parameter, Hoffmann et al. 2022)")] = None,
     executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
                                           "ray | ray://HOST:PORT")] = "local",
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default: CPUs here)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default and most: the CPUs here)")] = None,
     prices: Annotated[Path | None, typer.Option("--prices", help="price table YAML overriding "
                                                 "topologies/prices.yaml")] = None,
     nodes: Annotated[str | None, typer.Option("--nodes", help="node counts to search, e.g. 4,8,16 "

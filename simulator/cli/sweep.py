@@ -27,7 +27,7 @@ def sweep(
     executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
                                           "ray | ray://HOST:PORT")] = "local",
     out: Annotated[Path | None, typer.Option("--out", help="output folder (default: out/<sweep file name>)")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default: CPUs here)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default and most: the CPUs here; no more than the points to run)")] = None,
 ) -> None:
     """Simulate every point of a sweep in parallel; write results.csv, results.json and scaling.html.
 
