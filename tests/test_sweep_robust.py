@@ -209,7 +209,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | s
                                                                                   max_size=4), max_leaves=12)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payload=st.dictionaries(st.sampled_from(["key", "metrics", "error", "simulator_version", "x"]), _json,
                                max_size=5), own_key=st.booleans())
 def test_any_json_in_a_cache_entry_is_validated_or_recomputed(tmp_path, payload, own_key):
