@@ -61,20 +61,20 @@ def search(
     if capped and executor in ("local", "dask-local", "ray"):  # the executors that start processes here
         console.print(capped, highlight=False)
     cache = str(out / "cache") if out is not None else None
-    with sweep_progress() as (bar, update):
-        task = bar.add_task("search", total=None)
+    def run_all() -> Any:
+        # the executor first: one that cannot open (an unreachable scheduler) fails before any bar is drawn
+        with open_executor(executor, n_workers) as pool, sweep_progress() as (bar, update):
+            task = bar.add_task("search", total=None)
 
-        def show(stage: str, state: Any) -> None:
-            bar.update(task, description=stage, total=state.total)
-            update(task, state)
+            def show(stage: str, state: Any) -> None:
+                bar.update(task, description=stage, total=state.total)
+                update(task, state)
 
-        def run_all() -> Any:
-            with open_executor(executor, n_workers) as pool:
-                return run_search(base, executor=pool, space=space, objective=objective,  # type: ignore[arg-type]
-                                  tokens=budget, prices=table, top=top, batch=4 * n_workers,
-                                  max_estimates=max_estimates, cache_dir=cache, progress=show)
+            return run_search(base, executor=pool, space=space, objective=objective,  # type: ignore[arg-type]
+                              tokens=budget, prices=table, top=top, batch=4 * n_workers,
+                              max_estimates=max_estimates, cache_dir=cache, progress=show)
 
-        report = guard(run_all)
+    report = guard(run_all)
     _print_search(report, base)
     if out is not None:
         from simulator.sweep import atomic_write_text

@@ -27,7 +27,8 @@ def sweep(
     executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
                                           "ray | ray://HOST:PORT")] = "local",
     out: Annotated[Path | None, typer.Option("--out", help="output folder (default: out/<sweep file name>)")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default and most: the CPUs here; no more than the points to run)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default and most: the "
+                                                "CPUs here; no more than the points to run)")] = None,
 ) -> None:
     """Simulate every point of a sweep in parallel; write results.csv, results.json and scaling.html.
 
@@ -60,20 +61,20 @@ def sweep(
                   f"executor {_text(executor)}, results in {_text(out_dir)}", highlight=False)
     if capped and executor in ("local", "dask-local", "ray"):  # the executors that start processes here
         console.print(capped, highlight=False)
-    with sweep_progress() as (bar, update):
-        task = bar.add_task("sweep", total=len(points))
 
-        def run_all() -> Any:
-            with open_executor(executor, n_workers) as pool:
-                return run_sweep(points, out_dir, executor=pool, varied=spec.varied_fields,
-                                 series=spec.series_fields(), progress=lambda p: update(task, p))
+    def run_all() -> Any:
+        # the executor first: one that cannot open (an unreachable scheduler) fails before any bar is drawn
+        with open_executor(executor, n_workers) as pool, sweep_progress() as (bar, update):
+            task = bar.add_task("sweep", total=len(points))
+            return run_sweep(points, out_dir, executor=pool, varied=spec.varied_fields,
+                             series=spec.series_fields(), progress=lambda p: update(task, p))
 
-        try:
-            result = guard(run_all)
-        except KeyboardInterrupt:
-            err_console.print(f"interrupted: finished points are kept in {_text(out_dir / 'cache')}; run the same command "
-                              "again to resume", highlight=False)
-            raise typer.Exit(130) from None
+    try:
+        result = guard(run_all)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: finished points are kept in {_text(out_dir / 'cache')}; run the same command "
+                          "again to resume", highlight=False)
+        raise typer.Exit(130) from None
     meta = {"sweep_file": str(sweep_file), "base": str(loaded.base_path), "name": spec.name,
             "executor": executor, "wall_s": result.wall_s}
     paths = write_results(result, out_dir, meta=meta)
