@@ -3,13 +3,16 @@
 The quick CPU calibration runs once per module (about ten seconds); the tests check the file
 it writes, that simulated compute with it is slower than with the built-in A100 tables (the
 expected direction, on the simulator's own numbers), the closed loop, --comm 2 over gloo, and
-the refusals. ``--threads 1`` keeps the timings steady on a shared CI machine.
+the refusals. ``--threads 1`` keeps the timings steady on a shared CI machine; ``--force``
+writes the profile however noisy a loaded machine makes it (what is asserted does not depend
+on the load; the refusal itself is tested on injected timings in test_calibrate_noise.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -41,7 +44,8 @@ def _calibrate(*args: str) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def cpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("calibrate") / "tmp.yaml"
-    code, output = _calibrate("--device", "cpu", "--quick", "--dtype", "fp32", "--threads", "1", "--out", str(out))
+    code, output = _calibrate("--device", "cpu", "--quick", "--dtype", "fp32", "--threads", "1", "--force",
+                              "--out", str(out))
     assert code == 0, output
     assert "closed loop" in output and "error" in output
     return out
@@ -67,6 +71,25 @@ def test_quick_cpu_calibration_writes_a_valid_profile(cpu_profile: Path) -> None
     assert meta["dtype"] == "fp32" and meta["threads"] == 1
     assert len(meta["measurements"]["gemm"]) >= 10
     assert all(m["median_s"] > 0 and m["p75_s"] >= m["p25_s"] for m in meta["measurements"]["gemm"])
+
+
+def test_noise_verdict_follows_from_the_recorded_timings(cpu_profile: Path) -> None:
+    """Whatever the load, the profile's noise verdict is the criterion applied to the timings it
+    records: the median spread over the GEMM and attention timings, the block's spread."""
+    from simulator.calibrate.timing import Timing, noise_problem
+
+    meta = load_profile_spec(str(cpu_profile)).metadata
+    measured = meta["measurements"]
+    kernels = [Timing(**g) for g in ({k: m[k] for k in ("median_s", "p25_s", "p75_s", "samples")}
+                                     for m in measured["gemm"])]
+    kernels += [Timing(**a[part]) for a in measured["attention"] for part in ("forward", "forward_backward")]
+    loop = load_profile_spec(str(cpu_profile)).closed_loop
+    noise = meta["noise"]
+    assert noise["kernel_spread_median"] == statistics.median(t.spread for t in kernels)
+    assert noise["block_spread"] == pytest.approx(loop["measured_spread"], abs=1e-4)  # the loop's is rounded
+    block = Timing(1.0, 0.0, noise["block_spread"], 1)  # (p75 - p25) / median = the block's spread
+    assert noise["too_noisy"] == (noise_problem(kernels, block) is not None)
+    assert noise.get("forced", False) == noise["too_noisy"]
 
 
 def test_closed_loop_compares_a_real_block_with_the_simulator(cpu_profile: Path) -> None:
@@ -119,7 +142,8 @@ def test_comm_2_with_gloo_fits_and_overrides_links(tmp_path: Path) -> None:
     measured magnitudes (bandwidths, gloo against NVLink) are not asserted here, since they
     depend on how busy the machine is."""
     out = tmp_path / "comm.yaml"
-    code, output = _calibrate("--device", "cpu", "--quick", "--threads", "1", "--comm", "2", "--out", str(out))
+    code, output = _calibrate("--device", "cpu", "--quick", "--threads", "1", "--comm", "2", "--force",
+                              "--out", str(out))
     assert code == 0, output
     spec = load_profile_spec(str(out))
     assert set(spec.comm) == {"all_reduce", "all_gather", "reduce_scatter"}

@@ -306,9 +306,9 @@ vary:
 """)
     run = _run(path, tmp_path / "out", InlineExecutor())
     ddp, zero3 = run.rows
-    assert ddp["oom"] is True and ddp["error"].startswith("out of memory")
+    assert ddp["oom"] is True and ddp["fits"] is False and ddp["error"].startswith("out of memory")
     assert ddp["peak_memory_bytes"] > ddp["gpu_memory_bytes"] and ddp["memory_headroom_bytes"] < 0
-    assert zero3["oom"] is False and zero3["error"] is None
+    assert zero3["oom"] is False and zero3["fits"] is True and zero3["error"] is None
     assert ddp["scaling_efficiency"] is None  # not a point of any scaling curve
 
 
@@ -331,13 +331,13 @@ derive:
     assert result.exit_code == 0, result.output
     rows = _rows(out)
     header = list(rows[0])
-    assert header[:5] == ["point", "cluster.nodes", "parallelism.sharding", "training.global_batch", "nodes"]
+    assert header[:6] == ["fits", "point", "cluster.nodes", "parallelism.sharding", "training.global_batch", "nodes"]
     assert header[-3:] == ["series", "scaling_efficiency", "error"]
     for column in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "peak_memory_bytes",
                    "memory_headroom_bytes", "oom", "world_size", "dp", "compute_s", "exposed_comm_s", "bubble_s",
                    "scenario_hash", "simulator_version"):
         assert column in header, column
-    assert len(rows) == 6 and all(r["error"] == "" for r in rows)
+    assert len(rows) == 6 and all(r["error"] == "" and r["fits"] == "True" for r in rows)
 
     # efficiency = throughput_N / (N / N0 * throughput_N0), per series, against the 8-GPU point
     for sharding in ("none", "zero1"):

@@ -44,7 +44,7 @@ from simulator.calibrate.kernels import (
 )
 from simulator.calibrate.profile_file import build_profile, validate_profile
 from simulator.calibrate.shapes import attention_shapes, block_shape, gemm_shapes
-from simulator.calibrate.timing import KernelTimer
+from simulator.calibrate.timing import NOISY_BLOCK_SPREAD, NOISY_SPREAD, KernelTimer, Timing, noise_problem
 from simulator.catalog import default_catalog
 from simulator.workload.profile import profile_from_spec
 
@@ -83,8 +83,10 @@ class CalibrationOptions:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A finished calibration: ``profile`` (a mapping in the profile file format) and
-    ``warnings`` about its quality (also in the profile's metadata)."""
+    """A finished calibration: ``profile`` (a mapping in the profile file format),
+    ``warnings`` about its quality (also in the profile's metadata) and ``noise``: why its
+    timings are too noisy to keep (:func:`~simulator.calibrate.timing.noise_problem`), or
+    None. ``dtsim calibrate`` writes a noisy profile only with ``--force``."""
 
     device: DeviceInfo
     dtype: str
@@ -92,9 +94,7 @@ class Calibration:
     closed_loop: ClosedLoop
     comm: comm_mod.CommMeasurement | None
     warnings: tuple[str, ...] = ()
-
-
-NOISY_SPREAD = 0.10  # median interquartile range / median above which timings are flagged
+    noise: str | None = None
 
 
 def _load_average() -> float | None:
@@ -104,22 +104,26 @@ def _load_average() -> float | None:
         return None
 
 
-def _quality_warnings(device: DeviceInfo, load_before: float | None, gemms: list[GemmPoint],
-                      loop: ClosedLoop) -> list[str]:
+def _quality_warnings(device: DeviceInfo, load_before: float | None, noise: str | None) -> list[str]:
     """Signs that the timings are not those of an idle device: a busy machine before the start
-    (1-minute load average at least half the CPUs, CPU calibrations), or a wide spread of
-    repeated runs."""
+    (1-minute load average at least half the CPUs, CPU calibrations), or too noisy repeated
+    runs (``noise``)."""
     out = []
     cpus = os.cpu_count() or 1
     if device.kind == "cpu" and load_before is not None and load_before >= 0.5 * cpus:
         out.append(f"the machine was busy when the calibration started (1-minute load {load_before:.1f} on {cpus} "
                    "CPUs): other processes share the cores, so timings are slow and noisy; calibrate on an idle "
                    "machine, or with fewer --threads")
-    spread = statistics.median(g.timing.spread for g in gemms)
-    if spread > NOISY_SPREAD or loop.measured.spread > 2 * NOISY_SPREAD:
-        out.append(f"timings were noisy (median spread of the GEMM runs {100 * spread:.0f}%, of the closed-loop "
-                   f"block {100 * loop.measured.spread:.0f}%); the tables and the closed-loop error are uncertain")
+    if noise is not None:
+        out.append(f"timings were noisy: {noise}; the tables and the closed-loop error are uncertain")
     return out
+
+
+def _noise_record(kernels: list[Timing], block: Timing) -> dict[str, Any]:
+    """The figures the noise verdict rests on, for the profile's metadata."""
+    return {"kernel_spread_median": statistics.median(t.spread for t in kernels) if kernels else None,
+            "block_spread": block.spread, "kernel_threshold": NOISY_SPREAD,
+            "block_threshold": NOISY_BLOCK_SPREAD}
 
 
 def default_dtype(device: DeviceInfo, torch: Any) -> str:
@@ -234,8 +238,11 @@ def run_calibration(options: CalibrationOptions, progress: Progress | None = Non
         profile["metadata"]["measurements"]["comm"] = [
             {"op": p.op, "nbytes": p.nbytes, **p.timing.as_dict()} for p in measurement.points]
         progress.step(f"collectives over {options.comm_ranks} processes ({measurement.backend})")
-    warnings = _quality_warnings(device, load_before, gemms, loop)
+    kernels = [g.timing for g in gemms] + [t for a in attention for t in (a.forward, a.forward_backward)]
+    noise = noise_problem(kernels, loop.measured)
+    warnings = _quality_warnings(device, load_before, noise)
     profile["metadata"]["warnings"] = warnings
+    profile["metadata"]["noise"] = {**_noise_record(kernels, loop.measured), "too_noisy": noise is not None}
     profile["metadata"]["load_average_at_start"] = load_before
     validate_profile(profile)
-    return Calibration(device, dtype, profile, loop, measurement, tuple(warnings))
+    return Calibration(device, dtype, profile, loop, measurement, tuple(warnings), noise)

@@ -14,19 +14,33 @@
   samples are taken until ``min_run_time_s`` has passed.
 
 A :class:`Timing` keeps the median and the interquartile range of the samples.
+
+**Too noisy to keep** (:func:`noise_problem`): a calibration whose repeated runs disagree
+measures the other processes on the machine as much as the device. Its spread is the
+interquartile range of a kernel's samples over their median (:attr:`Timing.spread`); the
+calibration is too noisy when the median spread over the GEMM and attention kernels (the
+timings the efficiency tables are fitted on) exceeds ``NOISY_SPREAD`` = 10%, or the
+closed-loop block's own spread exceeds ``NOISY_BLOCK_SPREAD`` = 20% (one long kernel
+sequence, timed fewer times). These are thresholds of trust, not fitted constants: a
+steady device repeats a kernel within a few percent (the middle half of its runs), so a
+median spread above 10% means the timings are mostly someone else's load. ``dtsim
+calibrate`` then writes no profile unless ``--force``.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from simulator.calibrate.device import DeviceInfo
 
-__all__ = ["Timing", "KernelTimer"]
+__all__ = ["Timing", "KernelTimer", "noise_problem", "NOISY_SPREAD", "NOISY_BLOCK_SPREAD"]
+
+NOISY_SPREAD = 0.10  # median over the table kernels of (p75 - p25) / median above which a calibration is too noisy
+NOISY_BLOCK_SPREAD = 0.20  # the same for the closed-loop block's runs
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,26 @@ class Timing:
 
     def as_dict(self) -> dict[str, float]:
         return {"median_s": self.median_s, "p25_s": self.p25_s, "p75_s": self.p75_s, "samples": self.samples}
+
+
+def noise_problem(kernels: Sequence[Timing], block: Timing | None = None) -> str | None:
+    """Why these timings are too noisy to keep (see the module docstring), or None.
+
+    ``kernels``: the GEMM and attention timings; ``block``: the closed-loop block's. With
+    kernel spreads 0.02, 0.30, 0.25 the median is 0.25 > 0.10: too noisy; with 0.02, 0.30,
+    0.05 it is 0.05: kept (one disturbed kernel does not condemn the run).
+    """
+    reasons = []
+    if kernels:
+        spread = statistics.median(t.spread for t in kernels)
+        if spread > NOISY_SPREAD:
+            reasons.append(f"the middle half of each kernel's repeated runs spreads by {100 * spread:.0f}% of its "
+                           f"median (median over {len(kernels)} GEMM and attention timings; above "
+                           f"{100 * NOISY_SPREAD:.0f}% the timings are mostly other processes' load)")
+    if block is not None and block.spread > NOISY_BLOCK_SPREAD:
+        reasons.append(f"the closed-loop block's repeated runs spread by {100 * block.spread:.0f}% of their median "
+                       f"(above {100 * NOISY_BLOCK_SPREAD:.0f}%)")
+    return "; ".join(reasons) or None
 
 
 def _quartiles(samples: list[float]) -> tuple[float, float, float]:

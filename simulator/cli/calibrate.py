@@ -1,7 +1,10 @@
 """``dtsim calibrate``: the command (typer + rich); registered on the app in :mod:`simulator.cli.application`.
 
 Exit codes as for every command: 0 success, 2 a request that cannot run here (no PyTorch,
-no such device, a dtype the device would emulate, a bad scenario) with one line saying why.
+no such device, a dtype the device would emulate, a bad scenario) with one line saying why,
+and 2 when the measurements are too noisy to keep
+(:func:`~simulator.calibrate.timing.noise_problem`): the summary is printed, no profile is
+written, unless ``--force``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def calibrate(
                                              "the CPU) and fit alpha-beta")] = None,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU intra-op threads (default: "
                                                 "PyTorch's)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="write the profile even when its repeated timings are "
+                                        "too noisy (median kernel spread above 10%, block above 20%)")] = False,
 ) -> None:
     """Measure this machine's device with PyTorch kernels and write a compute profile.
 
@@ -73,10 +78,16 @@ def calibrate(
     except (CalibrationError, ScenarioError) as exc:
         fail(str(exc))
         return
-    path = write_profile(result.profile, out or default_out(result.device, result.dtype))
     _print_summary(result)
     for warning in result.warnings:
         err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+    target = out or default_out(result.device, result.dtype)
+    if result.noise is not None and not force:
+        fail(f"not writing {target}: the timings are too noisy to trust ({result.noise}); calibrate again on an "
+             "idle machine (or with fewer --threads), or pass --force to write it anyway")
+    if result.noise is not None:
+        result.profile["metadata"]["noise"]["forced"] = True
+    path = write_profile(result.profile, target)
     console.print(f"profile written to [bold]{escape(str(path))}[/]; use it with: dtsim run SCENARIO --set "
                   f"cluster.calibration={escape(str(path))}", soft_wrap=True)
 

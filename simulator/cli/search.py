@@ -25,7 +25,7 @@ def search(
                                                "2e12 (default: 20 per parameter, Hoffmann et al. 2022)")] = None,
     executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
                                           "ray | ray://HOST:PORT")] = "local",
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default: CPUs here)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default and most: the CPUs here)")] = None,
     prices: Annotated[Path | None, typer.Option("--prices", help="price table YAML overriding "
                                                 "topologies/prices.yaml")] = None,
     nodes: Annotated[str | None, typer.Option("--nodes", help="node counts to search, e.g. 4,8,16 "
@@ -47,8 +47,9 @@ def search(
     from simulator.search import SearchSpace
     from simulator.search import search as run_search
     from simulator.search.pricing import load_prices
-    from simulator.sweep import open_executor
+    from simulator.sweep import bound_workers, check_executor, open_executor
 
+    guard(lambda: check_executor(executor))
     if objective not in ("throughput", "cost", "time-to-train"):
         fail(f"--objective {objective!r}: expected throughput, cost or time-to-train")
     base = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
@@ -56,33 +57,30 @@ def search(
     node_counts = guard(lambda: tuple(int(_parse_count(n, "--nodes")) for n in nodes.split(","))) if nodes else None
     table = guard(lambda: load_prices(prices))
     space = SearchSpace(nodes=node_counts, max_micro_batch=max_micro_batch)
+    n_workers, capped = guard(lambda: bound_workers(workers))
+    if capped and executor in ("local", "dask-local", "ray"):  # the executors that start processes here
+        console.print(capped, highlight=False)
     cache = str(out / "cache") if out is not None else None
-    with sweep_progress() as (bar, update):
-        task = bar.add_task("search", total=None)
+    def run_all() -> Any:
+        # the executor first: one that cannot open (an unreachable scheduler) fails before any bar is drawn
+        with open_executor(executor, n_workers) as pool, sweep_progress() as (bar, update):
+            task = bar.add_task("search", total=None)
 
-        def show(stage: str, state: Any) -> None:
-            bar.update(task, description=stage, total=state.total)
-            update(task, state)
+            def show(stage: str, state: Any) -> None:
+                bar.update(task, description=stage, total=state.total)
+                update(task, state)
 
-        def run_all() -> Any:
-            with open_executor(executor, workers) as pool:
-                return run_search(base, executor=pool, space=space, objective=objective,  # type: ignore[arg-type]
-                                  tokens=budget, prices=table, top=top, batch=4 * (workers or _cpus()),
-                                  max_estimates=max_estimates, cache_dir=cache, progress=show)
+            return run_search(base, executor=pool, space=space, objective=objective,  # type: ignore[arg-type]
+                              tokens=budget, prices=table, top=top, batch=4 * n_workers,
+                              max_estimates=max_estimates, cache_dir=cache, progress=show)
 
-        report = guard(run_all)
+    report = guard(run_all)
     _print_search(report, base)
     if out is not None:
         from simulator.sweep import atomic_write_text
 
         atomic_write_text(out / "search.json", json.dumps(_search_document(report), indent=1, default=str) + "\n")
         console.print(f"search written to {out / 'search.json'}")
-
-
-def _cpus() -> int:
-    from simulator.sweep import default_workers
-
-    return default_workers()
 
 
 def _parse_count(text: str, option: str) -> float:

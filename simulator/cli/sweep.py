@@ -1,4 +1,10 @@
-"""``dtsim sweep``: every point of a sweep file in parallel; results.csv, results.json, scaling.html."""
+"""``dtsim sweep``: every point of a sweep file in parallel; results.csv, results.json, scaling.html.
+
+Exit codes: 0 when at least one point has a result (the invalid ones are counted and their
+reasons summarised); 2 for a bad sweep file or executor, or when no point has a result
+because every point is invalid (the reason printed, or a count of each reason when they
+differ); 1 when no point has a result and some failed inside dtsim (a bug, a lost worker).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from simulator.cli.common import console, err_console, guard
 from simulator.cli.progress import sweep_progress
 
 __all__ = ["sweep"]
+
+_REASONS_SHOWN = 5  # distinct reasons printed; the rest are counted
 
 
 def sweep(
@@ -18,36 +27,54 @@ def sweep(
     executor: Annotated[str, typer.Option("--executor", help="local | serial | dask-local | dask://HOST:PORT | "
                                           "ray | ray://HOST:PORT")] = "local",
     out: Annotated[Path | None, typer.Option("--out", help="output folder (default: out/<sweep file name>)")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default: CPUs here)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="worker processes (default and most: the "
+                                                "CPUs here; no more than the points to run)")] = None,
 ) -> None:
     """Simulate every point of a sweep in parallel; write results.csv, results.json and scaling.html.
 
     Finished points are cached in OUT/cache: run the same command again to resume an
     interrupted sweep. Infeasible and out-of-memory points are recorded with their reason.
     """
-    from simulator.sweep import expand_sweep, feasible_rows, load_sweep, open_executor, run_sweep, write_results
+    from simulator.sweep import (
+        bound_workers,
+        check_executor,
+        expand_sweep,
+        feasible_rows,
+        invalid_reasons,
+        load_sweep,
+        open_executor,
+        run_sweep,
+        write_results,
+    )
+    from simulator.sweep.runner import INTERNAL_PREFIX
 
+    guard(lambda: check_executor(executor))
     loaded = guard(lambda: load_sweep(sweep_file))
     points = guard(lambda: expand_sweep(loaded))
     out_dir = out if out is not None else Path("out") / sweep_file.stem
     spec = loaded.spec
     invalid = sum(p.scenario is None for p in points)
-    console.print(f"[bold]{spec.name or sweep_file.stem}[/]: {len(points)} points ({invalid} invalid), "
-                  f"executor {executor}, results in {out_dir}")
-    with sweep_progress() as (bar, update):
-        task = bar.add_task("sweep", total=len(points))
+    if points and invalid == len(points):  # nothing to run: say why, start no worker
+        _no_result([{"fits": None, "error": p.error} for p in points], code=2)
+    n_workers, capped = guard(lambda: bound_workers(workers, len(points) - invalid))
+    console.print(f"[bold]{_text(spec.name or sweep_file.stem)}[/]: {len(points)} points ({invalid} invalid), "
+                  f"executor {_text(executor)}, results in {_text(out_dir)}", highlight=False)
+    if capped and executor in ("local", "dask-local", "ray"):  # the executors that start processes here
+        console.print(capped, highlight=False)
 
-        def run_all() -> Any:
-            with open_executor(executor, workers) as pool:
-                return run_sweep(points, out_dir, executor=pool, varied=spec.varied_fields,
-                                 series=spec.series_fields(), progress=lambda p: update(task, p))
+    def run_all() -> Any:
+        # the executor first: one that cannot open (an unreachable scheduler) fails before any bar is drawn
+        with open_executor(executor, n_workers) as pool, sweep_progress() as (bar, update):
+            task = bar.add_task("sweep", total=len(points))
+            return run_sweep(points, out_dir, executor=pool, varied=spec.varied_fields,
+                             series=spec.series_fields(), progress=lambda p: update(task, p))
 
-        try:
-            result = guard(run_all)
-        except KeyboardInterrupt:
-            err_console.print(f"interrupted: finished points are kept in {out_dir / 'cache'}; run the same command "
-                              "again to resume", highlight=False)
-            raise typer.Exit(130) from None
+    try:
+        result = guard(run_all)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: finished points are kept in {_text(out_dir / 'cache')}; run the same command "
+                          "again to resume", highlight=False)
+        raise typer.Exit(130) from None
     meta = {"sweep_file": str(sweep_file), "base": str(loaded.base_path), "name": spec.name,
             "executor": executor, "wall_s": result.wall_s}
     paths = write_results(result, out_dir, meta=meta)
@@ -57,7 +84,44 @@ def sweep(
     console.print(f"{len(points)} points: {result.simulated} simulated, {result.cached} from cache, "
                   f"{result.failed} infeasible or failed, {result.wall_s:.1f} s")
     for path in (*paths, html):
-        console.print(f"  {path}")
+        console.print(f"  {_text(path)}", highlight=False)
+    reasons = invalid_reasons(result.rows)
+    if reasons and sum(n for _, n in reasons) == len(result.rows):
+        internal = any(reason.startswith(INTERNAL_PREFIX) for reason, _ in reasons)
+        _no_result(result.rows, code=1 if internal else 2)
+    if reasons:
+        _print_reasons(f"{sum(n for _, n in reasons)} of {len(points)} points have no result:", reasons)
+
+
+def _no_result(rows: list[Any], *, code: int) -> None:
+    """Say why no point has a result and exit with ``code``: the one reason, or each with its count."""
+    from simulator.sweep import invalid_reasons
+
+    reasons = invalid_reasons(rows)
+    what = "every point of the sweep is invalid" if code == 2 else "no point of the sweep has a result"
+    if len(reasons) == 1:
+        err_console.print(f"[bold red]error:[/] {what}: {_text(reasons[0][0])}", highlight=False,
+                          soft_wrap=True)
+    else:
+        _print_reasons(f"error: {what}, for {len(reasons)} different reasons:", reasons)
+    raise typer.Exit(code)
+
+
+def _print_reasons(title: str, reasons: list[tuple[str, int]]) -> None:
+    err_console.print(_text(title), highlight=False, soft_wrap=True)
+    for reason, count in reasons[:_REASONS_SHOWN]:
+        err_console.print(f"  {count} point{'s' if count != 1 else ''}: {_text(reason)}",
+                          highlight=False, soft_wrap=True)
+    if len(reasons) > _REASONS_SHOWN:
+        rest = reasons[_REASONS_SHOWN:]
+        err_console.print(f"  ... {len(rest)} more reasons ({sum(n for _, n in rest)} points): see results.csv",
+                          highlight=False)
+
+
+def _text(value: Any) -> str:
+    """``value`` as text safe for rich: control characters (terminal escapes) written as
+    Python escapes, markup escaped."""
+    return escape("".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value)))
 
 
 def _write_scaling_html(rows: list[Any], path: Path, *, title: str, by_series: bool) -> None:

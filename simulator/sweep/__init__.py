@@ -18,9 +18,12 @@ Failures never abort a sweep. A point that does not validate keeps the reason gi
 expansion; a point the simulator rejects (:class:`~simulator.errors.ScenarioError`) is
 cached with its message; a point whose peak memory exceeds the device is kept with all its
 metrics and ``error = "out of memory: ..."``; an unexpected exception (a bug, a lost worker)
-is recorded as ``internal error: ...`` but not cached, so the next run tries it again.
+or a worker answer of the wrong shape is recorded as ``internal error: ...`` but not cached,
+so the next run tries it again. Cache entries are validated on reading
+(:class:`~simulator.sweep.cache.CacheEntry`); a misshapen one is simulated again.
 
-``results.csv`` has one row per point, in point order: ``point``, the varied fields, the
+``results.csv`` has one row per point, in point order: ``fits`` (false for an
+out-of-memory point, empty for one with no metrics), ``point``, the varied fields, the
 metrics, ``series`` (the label of its scaling curve), ``scaling_efficiency`` and ``error``.
 Scaling efficiency of a point with ``N`` GPUs against the smallest feasible point of its
 series (``N0`` GPUs): ``tokens_per_s_N / (N / N0 * tokens_per_s_N0)``, the definition of
@@ -41,11 +44,19 @@ The package, one concept per module:
 
 from __future__ import annotations
 
-from simulator.sweep.cache import ResultCache, atomic_write_text
-from simulator.sweep.executors import EXECUTOR_HELP, InlineExecutor, RayExecutor, default_workers, open_executor
+from simulator.sweep.cache import CacheEntry, PointOutcome, ResultCache, atomic_write_text, outcome_problem
+from simulator.sweep.executors import (
+    EXECUTOR_HELP,
+    InlineExecutor,
+    RayExecutor,
+    bound_workers,
+    check_executor,
+    default_workers,
+    open_executor,
+)
 from simulator.sweep.expressions import ExpressionError, evaluate, references
 from simulator.sweep.file import GPU_COUNT_FIELDS, SweepFile, SweepSpec, load_sweep
-from simulator.sweep.output import feasible_rows, results_csv, write_results
+from simulator.sweep.output import feasible_rows, invalid_reasons, results_csv, write_results
 from simulator.sweep.points import SweepPoint, expand_sweep, get_path, set_path
 from simulator.sweep.runner import INTERNAL_PREFIX, SweepProgress, SweepRun, run_sweep, series_label
 from simulator.sweep.worker import OOM_PREFIX, point_key, result_metrics, simulate_point
@@ -65,6 +76,8 @@ __all__ = [
     "references",
     # executors
     "open_executor",
+    "check_executor",
+    "bound_workers",
     "default_workers",
     "InlineExecutor",
     "RayExecutor",
@@ -73,10 +86,14 @@ __all__ = [
     "SweepProgress",
     "SweepRun",
     "ResultCache",
+    "PointOutcome",
+    "CacheEntry",
+    "outcome_problem",
     "run_sweep",
     "write_results",
     "results_csv",
     "feasible_rows",
+    "invalid_reasons",
     "simulate_point",
     "result_metrics",
     "point_key",

@@ -2,8 +2,9 @@
 
 ``results.csv`` has one row per point, in point order: ``point``, the varied fields, the
 metrics, ``series`` (the label of its scaling curve), ``scaling_efficiency`` and ``error``
-(:attr:`~simulator.sweep.runner.SweepRun.columns`). ``results.json`` holds the same rows,
-the counts of the run and the caller's ``meta``.
+(:attr:`~simulator.sweep.runner.SweepRun.columns`), led by ``fits``. ``results.json`` holds
+the same rows, the counts of the run and the caller's ``meta``. :func:`invalid_reasons`
+counts why points have no result (what ``dtsim sweep`` prints).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from simulator import __version__
 from simulator.sweep.cache import atomic_write_text
 from simulator.sweep.runner import SweepRun
 
-__all__ = ["results_csv", "write_results", "feasible_rows"]
+__all__ = ["results_csv", "write_results", "feasible_rows", "invalid_reasons"]
 
 
 def _csv_cell(value: Any) -> Any:
@@ -63,3 +65,11 @@ def write_results(run: SweepRun, out_dir: str | Path, *, meta: Mapping[str, Any]
 def feasible_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Rows without an error (what the scaling figure draws)."""
     return [r for r in rows if r.get("error") is None]
+
+
+def invalid_reasons(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    """Why points have no result: each distinct error of the rows without metrics (``fits``
+    empty; out-of-memory rows have metrics and are not counted) with how many rows give it,
+    most frequent first, ties in row order."""
+    counts = Counter(str(r.get("error") or "invalid point") for r in rows if r.get("fits") is None)
+    return counts.most_common()

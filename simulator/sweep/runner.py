@@ -11,9 +11,12 @@ Failures never abort a sweep. A point that does not validate keeps the reason gi
 expansion; a point the simulator rejects (:class:`~simulator.errors.ScenarioError`) is
 cached with its message; a point whose peak memory exceeds the device is kept with all its
 metrics and ``error = "out of memory: ..."``; an unexpected exception (a bug, a lost worker)
+or an answer that is not a point outcome (:func:`~simulator.sweep.cache.outcome_problem`)
 is recorded as ``internal error: ...`` but not cached, so the next run tries it again.
 
-Each row also gets ``series`` (the label of its scaling curve) and ``scaling_efficiency``:
+Each row starts with ``fits``: true for a point that ran and fits in device memory, false
+for one that ran out of memory (its metrics are kept, but they are not a result), empty for
+a point with no metrics. Each row also gets ``series`` (the label of its scaling curve) and ``scaling_efficiency``:
 of a point with ``N`` GPUs against the smallest feasible point of its series (``N0`` GPUs),
 ``tokens_per_s_N / (N / N0 * tokens_per_s_N0)``, the definition of
 :mod:`simulator.viz.scaling`.
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.results.scaling import scaling_efficiency
-from simulator.sweep.cache import ResultCache
+from simulator.sweep.cache import ResultCache, outcome_problem
 from simulator.sweep.points import SweepPoint
 from simulator.sweep.worker import point_key, simulate_point
 
@@ -63,9 +66,10 @@ class SweepRun:
 
     @property
     def columns(self) -> list[str]:
-        """``point``, the varied fields, every metric seen (first-seen order), ``series``,
+        """``fits``, ``point``, the varied fields, every metric seen (first-seen order, which
+        is the same whether a row came from the cache or not), ``series``,
         ``scaling_efficiency``, ``error``."""
-        head = ["point", *self.varied]
+        head = ["fits", "point", *self.varied]
         tail = ["series", "scaling_efficiency", "error"]
         metrics: dict[str, None] = {}
         for row in self.rows:
@@ -164,14 +168,20 @@ def _outcome(future: Future[Any]) -> tuple[dict[str, Any], bool]:
         answer = future.result()
     except Exception as exc:  # a bug in the simulator, a dead worker, a lost connection
         return {"metrics": None, "error": f"{INTERNAL_PREFIX}: {type(exc).__name__}: {exc}"}, False
-    return {"metrics": answer.get("metrics"), "error": answer.get("error")}, True
+    problem = outcome_problem(answer)
+    if problem is not None:  # a worker of another version, a broken transport: never cached
+        return {"metrics": None, "error": f"{INTERNAL_PREFIX}: the worker's answer is not a point outcome "
+                                          f"({problem})"}, False
+    return {"metrics": answer["metrics"], "error": answer["error"]}, True
 
 
 def _row(point: SweepPoint, outcome: Mapping[str, Any], varied: Sequence[str]) -> dict[str, Any]:
-    row: dict[str, Any] = {"point": point.index}
+    metrics = outcome.get("metrics")
+    row: dict[str, Any] = {"fits": None if metrics is None else not metrics.get("oom"), "point": point.index}
     for name in varied:
         row[name] = point.values.get(name)
-    row.update(outcome.get("metrics") or {})
+    for name, value in (metrics or {}).items():
+        row.setdefault(name, value)  # a metric never overwrites the row's own columns
     row["error"] = outcome.get("error")
     return row
 
