@@ -20,6 +20,12 @@ trees, NCCL's size-dependent tree correction. Latency:
 * nvls:  NCCL's NVLS latency (25 us);
 * direct (p2p, all-to-all): base + one hop.
 
+"transport" is the transport's per-message latency plus, where the transport stages small
+messages through host buffers (EFA below 32 KiB), the copy of one network message
+(:func:`staged_copy_s`); a message is one channel's NCCL step (:func:`net_message_bytes`),
+with NCCL's channel count for the size (:func:`channels_used`). Only the protocols the node
+type allows are offered (``CollectiveShape.protocols``: Simple on p4d/p4de).
+
 The textbook ring formula of shared/REFERENCE.md §1.2 is the special case of one phase:
 ``2(N-1)*alpha + 2(N-1)/N * D / B`` for all-reduce (``tests/test_collectives.py``).
 """
