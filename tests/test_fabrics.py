@@ -141,18 +141,22 @@ def test_p2p_time_on_a_torus_by_hand():
     links of 40 Gb/s = 5 GB/s, costed with NCCL's Simple protocol:
 
     * route (4 = (1,1)): GPU0 -> PCIe switch -> NIC0 (2 PCIe links, 0.1 us each), NIC uplink
-      (EFA message latency 60 us + switch 1 us), torus (0,0)->(1,0)->(1,1) (2 hops, 1 us each),
-      NIC downlink (0), NIC -> PCIe switch -> GPU (0.2 us): 0.4 + 61 + 2 = 63.4 us;
-    * alpha = base 8.4 us + one network hop 14 us + 63.4 us = 85.8 us (nccl.yaml, ring family);
+      (EFA message latency 34 us + switch 1 us), torus (0,0)->(1,0)->(1,1) (2 hops, 1 us each),
+      NIC downlink (0), NIC -> PCIe switch -> GPU (0.2 us): 0.4 + 35 + 2 = 37.4 us;
+    * EFA's staged copy: the message goes in 512 KiB steps, above the 32 KiB staging threshold,
+      so it costs the copy of 32 KiB at 1.2 GB/s: 32768 / 1.2e9 = 27.307 us (transports.yaml);
+    * alpha = base 8.4 us + one network hop 14 us + 37.4 us + 27.307 us = 87.107 us (nccl.yaml,
+      ring family);
     * beta: the bottleneck is a torus link, 5e9 B/s x EFA efficiency 0.91 = 4.55e9 B/s;
-    * t = 85.8e-6 + 2**30 / 4.55e9 = 85.8e-6 + 0.2359882... s.
+    * t = 87.107e-6 + 2**30 / 4.55e9 = 87.107e-6 + 0.2359882... s.
     """
     c = build_cluster(cluster_spec("p4d.24xlarge", 9, kind="torus", dims=[3, 3], link_bandwidth="40Gbps"))
     planner = CollectivePlanner(c, Router(c))
     plan = planner.plan("p2p", "direct", (0, 4 * 8))
-    assert plan.phases[0].net_latency_s == pytest.approx(63.4e-6)
+    assert plan.phases[0].net_latency_s == pytest.approx(37.4e-6)
     seconds = collective_time_s(nccl_model(), plan.shape(c), "Simple", 2**30)
-    assert seconds == pytest.approx(85.8e-6 + 2**30 / 4.55e9, rel=1e-12)
+    alpha = 8.4e-6 + 14e-6 + 37.4e-6 + 32768 / 1.2e9
+    assert seconds == pytest.approx(alpha + 2**30 / 4.55e9, rel=1e-12)
 
 
 def test_collectives_run_on_a_torus_fabric():

@@ -108,6 +108,17 @@ class NicSpec(Frozen):
     efficiency: Fraction | None = Field(
         None, description="this node's NICs reach a different fraction of line rate than the transport's default "
         "(e.g. an older NIC generation)")
+    nccl_protocols: list[Literal["LL", "LL128", "Simple"]] | None = Field(
+        None, description="the NCCL protocols collectives may use on this node type when its network plugin "
+        "restricts them (aws-ofi-nccl sets NCCL_PROTO=simple for the whole process where the EFA endpoint "
+        "lacks 128-byte in-order delivery); null = every protocol")
+
+    @field_validator("nccl_protocols")
+    @classmethod
+    def _simple_allowed(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and "Simple" not in value:
+            raise ValueError("nccl_protocols must include Simple (NCCL always keeps it)")
+        return value
 
 
 class NodeTypeSpec(Frozen):
@@ -152,6 +163,11 @@ class TransportSpec(Frozen):
     multipath: Literal["single", "spray", "ecmp"]
     per_flow_cap_bytes_per_s: Rate | None = Field(None, alias="per_flow_cap")
     flows_per_connection: int = Field(1, ge=1)
+    staged_message_bytes: Bytes = Field(
+        0.0, alias="staged_message",
+        description="network messages up to this size are copied through host bounce buffers")
+    staged_copy_bytes_per_s: Rate | None = Field(
+        None, alias="staged_copy", description="copy rate of a staged message; null = no staging cost")
     sources: list[str] = Field(min_length=1)
 
 

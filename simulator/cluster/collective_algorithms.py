@@ -76,7 +76,8 @@ def plan_ring(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group) -> l
         for a, b in zip(order, order[1:] + order[:1], strict=True):
             flows.append(Flow(a, b, per_edge * share))
     inter = (2 * (k - 1) if op == "all_reduce" else k - 1) if k > 1 else 0
-    return [p.phase(flows, steps=steps, inter_steps=inter, ppn=_ppn(p, nodes), nodes=k)]
+    phase = p.phase(flows, steps=steps, inter_steps=inter, ppn=_ppn(p, nodes), nodes=k)
+    return [replace(phase, channels=len(p.rings(gpus)))]
 
 
 def _btree(k: int) -> list[tuple[int, int]]:

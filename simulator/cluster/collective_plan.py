@@ -15,7 +15,7 @@ import numpy as np
 
 from simulator.catalog import NcclConstants, default_catalog
 from simulator.cluster.graph import ClusterGraph
-from simulator.costs.collectives import CollectiveShape, NcclModel, PhaseShape
+from simulator.costs.collectives import PROTOCOLS, CollectiveShape, NcclModel, PhaseShape
 
 __all__ = ["Flow", "PhasePlan", "CollectivePlan", "nccl_model"]
 
@@ -57,6 +57,8 @@ class PhasePlan:
     channels: int = 1
     channel_net_bytes_per_s: float = 0.0
     intra_latency_s: float = 0.0
+    net_staged_bytes: float = 0.0
+    net_staged_bytes_per_s: float = 0.0
 
     def seconds_per_byte(self, cluster: ClusterGraph) -> float:
         links = cluster.links
@@ -91,9 +93,11 @@ class CollectivePlan:
             algorithm=self.algorithm,
             nranks=self.nranks,
             ll128_ok=self.ll128_ok,
+            protocols=tuple(cluster.node_type.nics.nccl_protocols or PROTOCOLS),
             phases=tuple(
                 PhaseShape(p.seconds_per_byte(cluster), p.steps, p.inter_steps, p.intra_class, p.net_latency_s,
-                           p.ppn, p.nodes, p.channels, p.channel_net_bytes_per_s, p.intra_latency_s)
+                           p.ppn, p.nodes, p.channels, p.channel_net_bytes_per_s, p.intra_latency_s,
+                           p.net_staged_bytes, p.net_staged_bytes_per_s)
                 for p in self.phases
             ),
         )

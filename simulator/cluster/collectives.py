@@ -244,12 +244,14 @@ class CollectivePlanner:
     def phase(self, flows: list[Flow], *, steps: int, inter_steps: int, ppn: int, nodes: int) -> PhasePlan:
         weights: dict[int, float] = defaultdict(float)
         net_latency = 0.0
+        crosses_net = False
         intra_class = "nvlink"
         for f in flows:
             route = self.router.route(f.src, f.dst)
             for link_id, frac in route.links:
                 weights[link_id] += f.weight * frac
             if route.hop_class == "net":
+                crosses_net = True
                 net_latency = max(net_latency, route.latency_s)
             elif route.hop_class == "pcie":
                 intra_class = "pcie"
@@ -265,6 +267,8 @@ class CollectivePlanner:
             ppn=ppn,
             nodes=nodes,
             intra_latency_s=self.cluster.intra_hop_latency_s,
+            net_staged_bytes=self.cluster.transport.staged_message_bytes if crosses_net else 0.0,
+            net_staged_bytes_per_s=(self.cluster.transport.staged_copy_bytes_per_s or 0.0) if crosses_net else 0.0,
         )
 
     def _ll128_ok(self, phase: PhasePlan) -> bool:

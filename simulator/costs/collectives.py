@@ -20,6 +20,12 @@ trees, NCCL's size-dependent tree correction. Latency:
 * nvls:  NCCL's NVLS latency (25 us);
 * direct (p2p, all-to-all): base + one hop.
 
+"transport" is the transport's per-message latency plus, where the transport stages small
+messages through host buffers (EFA below 32 KiB), the copy of one network message
+(:func:`staged_copy_s`); a message is one channel's NCCL step (:func:`net_message_bytes`),
+with NCCL's channel count for the size (:func:`channels_used`). Only the protocols the node
+type allows are offered (``CollectiveShape.protocols``: Simple on p4d/p4de).
+
 The textbook ring formula of shared/REFERENCE.md §1.2 is the special case of one phase:
 ``2(N-1)*alpha + 2(N-1)/N * D / B`` for all-reduce (``tests/test_collectives.py``).
 """
@@ -42,6 +48,10 @@ __all__ = [
     "protocols_for",
     "choose_algorithm",
     "bus_bandwidth_factor",
+    "channels_used",
+    "net_message_bytes",
+    "staged_copy_s",
+    "PROTOCOLS",
 ]
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -82,6 +92,8 @@ class PhaseShape:
     channels: int = 1
     channel_net_bytes_per_s: float = 0.0  # network bandwidth of one channel (trees' pipeline fill)
     intra_latency_s: float = 0.0  # measured extra latency per intra-node step (dtsim calibrate --comm)
+    net_staged_bytes: float = 0.0  # network messages up to this size are staged through host buffers
+    net_staged_bytes_per_s: float = 0.0  # copy rate of a staged message (0: no staging cost)
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,7 @@ class CollectiveShape:
     nranks: int
     phases: tuple[PhaseShape, ...]
     ll128_ok: bool = True  # every hop can use LL128 (NVLink, or InfiniBand)
+    protocols: tuple[str, ...] = PROTOCOLS  # protocols the node type lets NCCL use (NCCL_PROTO)
 
     @property
     def nodes(self) -> int:
@@ -117,10 +130,54 @@ def _family(algorithm: str) -> str:
     return "tree" if algorithm == "tree" else "ring"
 
 
-def _phase_latency(model: NcclModel, algorithm: str, protocol: str, phase: PhaseShape) -> float:
+# NCCL's per-thread work before it adds threads and channels, and its most threads per
+# channel (NVIDIA/nccl v2.20.3-1 src/include/comm.h:35-37 NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD;
+# src/include/device.h NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS)
+_THREAD_THRESHOLD_BYTES = {"LL": 8, "LL128": 8, "Simple": 64}
+_MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+
+
+def channels_used(algorithm: str, protocol: str, nranks: int, channels: int, nbytes: float) -> int:
+    """Channels NCCL runs a message on: it drops channels while the message is smaller than
+    channels x threads x the protocol's per-thread threshold (x ranks for ring LL)
+    (v2.20.3-1 src/enqueue.cc:1553-1557 getChannnelThreadInfo, src/graph/tuning.cc:380-384)."""
+    per_channel = _MAX_THREADS[protocol] * _THREAD_THRESHOLD_BYTES[protocol]
+    if algorithm == "ring" and protocol == "LL":
+        per_channel *= nranks
+    return max(1, min(channels, int(nbytes // per_channel)))
+
+
+def net_message_bytes(model: NcclModel, shape: CollectiveShape, phase: PhaseShape, protocol: str,
+                      nbytes: float) -> float:
+    """Bytes of one network message (one NCCL step of one channel): a tree sends each
+    channel's share, a ring each rank's slice of it, a point-to-point send or a pipelined
+    broadcast the whole message, all up to the protocol's step (NCCL_BUFFSIZE / NCCL_STEPS)."""
+    step = model.simple_step_bytes if protocol == "Simple" else model.simple_step_bytes / 8
+    nc = channels_used(shape.algorithm, protocol, shape.nranks, phase.channels, nbytes)
+    if shape.op == "p2p" or shape.algorithm == "chain":
+        share = nbytes
+    elif shape.algorithm == "tree":
+        share = nbytes / nc
+    else:
+        share = nbytes / (shape.nranks * nc)
+    return min(step, share)
+
+
+def staged_copy_s(phase: PhaseShape, message_bytes: float) -> float:
+    """Time to copy one network message through the transport's host bounce buffers: messages up
+    to ``net_staged_bytes`` are copied at ``net_staged_bytes_per_s``; larger ones take a DMA
+    path whose fixed cost equals the copy of the largest staged message (the threshold sits
+    where both paths cost the same), so the cost saturates there."""
+    if phase.net_staged_bytes_per_s <= 0:
+        return 0.0
+    return min(message_bytes, phase.net_staged_bytes) / phase.net_staged_bytes_per_s
+
+
+def _phase_latency(model: NcclModel, algorithm: str, protocol: str, phase: PhaseShape,
+                   message_bytes: float = 0.0) -> float:
     fam = _family(algorithm)
     intra = model.hop_latency[phase.intra_class][fam][protocol] + phase.intra_latency_s
-    net = model.hop_latency["net"][fam][protocol] + phase.net_latency_s
+    net = model.hop_latency["net"][fam][protocol] + phase.net_latency_s + staged_copy_s(phase, message_bytes)
     if algorithm == "tree":
         levels = math.ceil(math.log2(phase.nodes)) if phase.nodes > 1 else 0
         return 2 * ((phase.ppn - 1) * intra + levels * net)
@@ -151,7 +208,9 @@ def collective_latency_s(model: NcclModel, shape: CollectiveShape, protocol: str
     fam = _family(shape.algorithm)
     base = model.base_latency[fam][protocol]
     calls = len(shape.phases) if shape.algorithm == "hierarchical" else 1
-    latency = base * calls + sum(_phase_latency(model, shape.algorithm, protocol, p) for p in shape.phases)
+    latency = base * calls + sum(
+        _phase_latency(model, shape.algorithm, protocol, p, net_message_bytes(model, shape, p, protocol, nbytes))
+        for p in shape.phases)
     if shape.algorithm == "nvls":
         latency = model.nvls_latency
     if shape.op == "all_reduce" and shape.algorithm == "ring" and protocol == "Simple" and shape.nodes > 1:
@@ -184,8 +243,9 @@ def collective_time_s(model: NcclModel, shape: CollectiveShape, protocol: str, n
 def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float,
                   enabled: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """Protocols NCCL would consider: LL for small messages, LL128 where 128-byte stores are
-    atomic (NVLink, InfiniBand) and the message is not huge, Simple always; ``enabled``
-    (``NCCL_PROTO``) keeps only those it names."""
+    atomic (NVLink, InfiniBand) and the message is not huge, Simple always; only those the
+    node type allows (``shape.protocols``: NCCL_PROTO as the network plugin sets it), and of
+    those only the ones ``enabled`` (the user's ``NCCL_PROTO``) names."""
     if shape.algorithm == "nvls" or shape.op in ("d2h", "h2d"):
         options = ["Simple"]
     else:
@@ -195,7 +255,8 @@ def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float,
         if shape.ll128_ok and nbytes <= model.ll128_max_bytes:
             options.append("LL128")
         options.append("Simple")
-    return tuple(p for p in options if enabled is None or p in enabled)
+    allowed = [p for p in options if p in shape.protocols or p == "Simple"]
+    return tuple(p for p in allowed if enabled is None or p in enabled)
 
 
 def choose_algorithm(model: NcclModel, shapes: list[CollectiveShape], nbytes: float,

@@ -220,6 +220,11 @@ MODEL_NOTES = [
     "the Megatron-Core r0.8.0 table. Both were chosen when the mapper still set knobs the sources do not "
     "state; they were not re-judged when the mapping became honest (re-judging on the same records would be "
     "tuning to them), and the LLM Foundry, torchtitan and nccl-tests records never entered the choice.",
+    "- **Fitted to the nccl-tests curve** (2 x p4de, the only collective records): EFA's per-message latency "
+    "(34 us) and the copy rate of messages staged through host buffers below libfabric's 32 KiB threshold "
+    "(1.2 GB/s), least squares on the 12 sizes below 32 KiB (8 B to 16 KiB; the 17 larger sizes were not "
+    "used), and EFA's bandwidth efficiency (0.91) on the 2 GiB point; all in `topologies/transports.yaml`. "
+    "They hold for every EFA node type (p4d, p4de, p5, trn1), which no other public record checks.",
     "- **Estimates, stated as such in their data files** (not fitted): the H100 96GB HBM2e (500 W) peak, the "
     "middle of the SXM-NVL interval torchtitan's benchmark states; its attention tables, H100's scaled by "
     "that peak; the A100 attention tables, H100's FlashAttention-2 scaled by 230/370 (FlashAttention-2 paper); "
@@ -272,5 +277,11 @@ MODEL_NOTES = [
     "between the tensors of one layer, the context-parallel all-gather buffers and eager-mode temporaries (the "
     "eager rows sit about 5 GiB above their compiled twins, which dtsim predicts alike) are not modelled.",
     "- **Collectives**: only the 2 x p4de nccl-tests curve is in the public set; H100 NVLink SHARP and p5 EFA "
-    "curves are not checked against measurements.",
+    "curves are not checked against measurements. On p4de every size runs NCCL's Simple protocol "
+    "(aws-ofi-nccl sets NCCL_PROTO=simple there). 8 and 16 MiB resist (tree/Simple predicted 14% and 18% "
+    "too fast): the measured time rises less from 16 to 32 MiB (+348 us for 16 MiB, a marginal 48 GB/s) "
+    "than the curve's own peak rate allows (41.8 GB/s): the run changed its algorithm or channels between "
+    "them in a way nothing stated tells; "
+    "NCCL 2.20's tree cuts no chunk below its 512 KiB step, and NCCL's choice between ring and tree "
+    "(tried on branch nccl-tuning) fits worse.",
 ]
