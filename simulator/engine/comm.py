@@ -87,10 +87,13 @@ class CommResolver:
             try:
                 choice = self._choices[key] = choose_algorithm(self.model, shapes, comm.nbytes, protocols)
             except ValueError:
+                limited = sorted({p for s in shapes for p in s.protocols})
+                plugin = ("" if set(limited) >= {"LL", "LL128", "Simple"} else
+                          f"; {self.cluster.node_type.name}'s network plugin allows only {'/'.join(limited)}")
                 raise ValueError(
                     f"NCCL_PROTO={self.tuning.proto}: no enabled protocol runs {comm.op} of {comm.nbytes:.0f} B by "
                     f"{'/'.join(algos)} (dtsim offers LL up to {self.model.ll_max_bytes:.0f} B, LL128 up to "
-                    f"{self.model.ll128_max_bytes:.0f} B on NVLink/InfiniBand paths, NVLS Simple only)") from None
+                    f"{self.model.ll128_max_bytes:.0f} B on NVLink/InfiniBand paths, NVLS Simple only{plugin})") from None
         return choice
 
     def _algorithms(self, comm: CommOp) -> list[str]:
