@@ -57,10 +57,10 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("seq_len", 2**24, "tokens", "sequence length of the model"),
     Limit("global_batch", 2**24, "sequences", "sequences of one optimizer step"),
     Limit("tokens_per_step", 2**33, "tokens", "global batch x sequence length"),
-    Limit("tasks", 20_000_000, "tasks", "tasks of one simulated program (grows with layers x micro-batches)"),
-    Limit("engine_events", 200_000_000, "events", "events the discrete-event engine processes in one run"),
+    Limit("tasks", 2_000_000, "tasks", "tasks of one simulated program (layers x micro-batches x simulated ranks)"),
+    Limit("engine_events", 20_000_000, "events", "events the discrete-event engine processes in one run"),
     Limit("sweep_points", 100_000, "points", "points of one sweep (the product of its axes), counted before any is built"),
-    Limit("trace_ranks", 4_096, "ranks", "ranks one --trace-ranks selection names"),
+    Limit("trace_ranks", 131_072, "ranks", "ranks one --trace-ranks selection names, counted before any range is expanded"),
     Limit("expression_bits", 1_024, "bits", "size of any number a derived sweep expression computes"),
 )}
 
