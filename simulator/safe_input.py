@@ -24,7 +24,7 @@ from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from simulator import limits
 from simulator.errors import ScenarioError
 
-__all__ = ["GuardedComposer", "read_text"]
+__all__ = ["GuardedComposer", "read_text", "not_a_regular_file"]
 
 _ELOOP = 40  # errno of "too many levels of symbolic links" (Linux)
 
@@ -151,3 +151,22 @@ def read_text(path: Path | str, *, expected: str = "a YAML file") -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ScenarioError(f"is not UTF-8 text (byte {exc.start}): expected {expected}", file=name, line=line) from None
+
+
+def not_a_regular_file(path: Path | str) -> str | None:
+    """Why ``path`` cannot be read as an input file ("no such file", "is a FIFO", ...), or None
+    when it is a regular file (checked with ``os.stat``: nothing is opened)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return "a symbolic link loop" if exc.errno == _ELOOP else exc.strerror or str(exc)
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO"
+    return "is a device or socket, not a regular file"
+

@@ -32,7 +32,11 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     path = tuple(part.strip() for part in key.strip().split("."))
     if not all(path):
         raise ScenarioError(f"--set {text!r}: empty key segment in {key!r}")
-    value = to_plain(parse_yaml_text(raw, file=f"--set {text}")) if raw.strip() else ""
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    try:
+        value = to_plain(parse_yaml_text(raw, file=f"--set {shown}")) if raw.strip() else ""
+    except ScenarioError as exc:  # a one-line value: its line number says nothing
+        raise ScenarioError(exc.message, file=exc.file) if "\n" not in raw.strip() else exc from None
     return path, value
 
 
