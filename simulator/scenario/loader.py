@@ -147,7 +147,7 @@ def scenario_from_mapping(
             error = exc.located(file=file)
     override = _override_for(error.field, applied)
     if override is not None:
-        raise ScenarioError(error.message, field=f"--set {override}") from None
+        raise type(error)(error.message, field=f"--set {override}") from None  # LimitError, InfeasibleError kept
     raise error from None
 
 
