@@ -52,7 +52,7 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("yaml_nodes", 1_000_000, "values", "values in one YAML document once its aliases are expanded"),
     Limit("yaml_depth", 64, "levels", "nesting depth of YAML mappings and lists"),
     Limit("world_size", 131_072, "GPUs", "GPUs of one simulated cluster (run, topo, collective)"),
-    Limit("nodes", 32_768, "nodes", "nodes of one simulated cluster (run, topo --nodes, collective --nodes)"),
+    Limit("nodes", 32_768, "nodes", "nodes of one simulated cluster (run, search --nodes, topo --nodes, collective --nodes)"),
     Limit("layers", 4_096, "layers", "transformer blocks of the model"),
     Limit("seq_len", 2**24, "tokens", "sequence length of the model"),
     Limit("global_batch", 2**24, "sequences", "sequences of one optimizer step"),
@@ -138,8 +138,10 @@ def exceeded(name: str, value: int | float, *, what: str | None = None, field: s
              file: str | None = None, line: int | None = None) -> LimitError:
     """The error for ``value`` over limit ``name`` (``what`` describes the value, default the limit's own words)."""
     limit = LIMITS[name]
-    shown = f"{value:,}" if isinstance(value, int) and value < 10**30 else (
-        f"more than {get(name):,}" if isinstance(value, int) else f"{value:g}")
+    if isinstance(value, int):  # an int of thousands of digits is shown by its size (str() of it may refuse)
+        shown = f"{value:,}" if value < 10**30 else f"about 10^{int(value.bit_length() * 0.30103)}"
+    else:
+        shown = f"{value:g}"
     return LimitError(
         f"{what or limit.what}: {shown} {limit.unit} exceeds the limit {name}={get(name):,}"
         f" (raise it with --limit {name}=N or {ENV_VAR}={name}=N)",

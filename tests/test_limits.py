@@ -2,8 +2,8 @@
 and an override for each; an input over a limit is refused before the work it would cost, in
 one line naming the file, line or field and the limit, exit 2.
 
-Counted (the note of issue 13 quotes these): 19 oversized inputs through the Python API and
-4 through the CLI (2 in subprocesses), each refused cleanly; 6 boundaries (at the limit
+Counted (the note of issue 13 quotes these): 20 oversized inputs through the Python API and
+5 through the CLI (2 in subprocesses), each refused cleanly; 6 boundaries (at the limit
 accepted, one over refused); 6 override checks through the API and 5 through the CLI.
 """
 
@@ -184,6 +184,14 @@ def test_expression_values_at_the_bit_limit():
         evaluate("1e308 * 10", {})
 
 
+def test_a_count_of_thousands_of_digits_is_shown_by_its_size():
+    """10^5000 cannot even be turned into a string under Python's 4300-digit rule: the message
+    gives its order of magnitude (5000 digits: 10^5000 has bit length 16610, x log10(2) = 5000.1)."""
+    scenario = small_scenario(cluster={"node": "p4d.24xlarge", "nodes": 10**5000})
+    with pytest.raises(limits.LimitError, match=r"about 10\^5000 nodes exceeds the limit nodes=32,768"):
+        scenario_from_mapping(scenario)
+
+
 def test_file_size_limit(tmp_path):
     path = _scenario(tmp_path, GOOD + "#" * 2000 + "\n")
     with limits.raised(file_bytes=1024), pytest.raises(limits.LimitError, match="file_bytes=1,024"):
@@ -233,9 +241,11 @@ def test_the_cli_refuses_oversized_requests_and_takes_overrides(tmp_path):
 @pytest.mark.parametrize(("args", "fragment"), [
     (("collective", "--node", "p4d.24xlarge", "--nodes", "5000000"), "5,000,000 nodes exceeds the limit nodes=32,768"),
     (("run", ROOT / "scenarios/quickstart.yaml", "--quiet", "--trace-ranks", "0-99999999999999"), "trace_ranks=131,072"),
+    (("search", ROOT / "scenarios/quickstart.yaml", "--nodes", "4,100000000", "--executor", "serial"),
+     "--nodes: cluster nodes: 100,000,000 nodes exceeds the limit nodes=32,768"),
     (("--limit", "bogus=1", "topo", "p4d.24xlarge"), "unknown limit 'bogus'"),
     (("--limit", "nodes=0", "topo", "p4d.24xlarge"), "whole number >= 1"),
-], ids=["collective", "trace-ranks", "unknown-limit", "zero-limit"])
+], ids=["collective", "trace-ranks", "search", "unknown-limit", "zero-limit"])
 def test_the_cli_refuses_in_process(cli, monkeypatch, args, fragment):
     monkeypatch.setenv(limits.ENV_VAR, "")  # restored after the test: --limit writes into it
     result = cli(*args)
