@@ -27,6 +27,10 @@ from simulator.errors import ScenarioError
 __all__ = ["GuardedComposer", "read_text", "not_a_regular_file"]
 
 _ELOOP = 40  # errno of "too many levels of symbolic links" (Linux)
+_YAML_TAG = "tag:yaml.org,2002:"
+# the tags plain YAML resolves to; any other (!custom, !!python/object:...) is refused
+_STANDARD_TAGS = frozenset(_YAML_TAG + name for name in (
+    "str", "int", "float", "bool", "null", "seq", "map", "timestamp", "merge", "binary", "omap", "set", "value"))
 
 
 class GuardedComposer(Composer):
@@ -39,6 +43,7 @@ class GuardedComposer(Composer):
 
     def __init__(self, loader: Any = None) -> None:
         super().__init__(loader)
+        self.warn_double_anchors = False  # legal YAML (the later anchor wins); the warning spans lines on stderr
         self._aliases = 0
         self._size: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded values, expanded depth)
         self._limits = {name: limits.get(name) for name in ("yaml_aliases", "yaml_nodes", "yaml_depth")}
@@ -65,6 +70,9 @@ class GuardedComposer(Composer):
         return node
 
     def _measure(self, node: Any) -> None:
+        tag = str(getattr(node.tag, "value", None) or node.tag or "")
+        if tag and tag not in _STANDARD_TAGS:
+            self._fail(f"YAML tag {tag.replace(_YAML_TAG, '!!')!r} is not supported: write plain values", node.start_mark)
         if isinstance(node, ScalarNode):
             self._check_number(node)
             children: list[Any] = []

@@ -7,7 +7,7 @@ Counted per group (the note of issue 13 quotes these):
 * paths: 6 roles (scenario, topology, node file, calibration, sweep file, sweep base) x
   8 kinds (missing, directory, FIFO, /dev/zero, symlink loop, NUL bytes, not UTF-8,
   oversized) = 48 inputs through the Python API, 6 of them again through the CLI;
-* YAML documents: 17 in a file, 5 as ``--set`` values, 2 of them again through the CLI, plus
+* YAML documents: 19 in a file, 5 as ``--set`` values, 2 of them again through the CLI, plus
   the alias-bomb and nesting properties (hypothesis, 30 generated documents each);
 * other config formats: 6 JSON/TOML documents for ``dtsim import``, 1 again through the CLI.
 """
@@ -122,6 +122,9 @@ DOCUMENTS = [
     ("400-digit integer", GOOD.replace("nodes: 2", "nodes: " + "9" * 400), 4, "400 digits"),
     ("NUL byte", GOOD.replace("nodes: 2", "nodes: 2\0"), 4, "NUL byte"),
     ("2^80 nodes", GOOD.replace("nodes: 2", f"nodes: {2**80}"), 4, "nodes=32,768"),
+    ("python object tag", GOOD.replace("gpt3-125m", "!!python/object/apply:os.system [ls]"), 1,
+     "YAML tag '!!python/object/apply:os.system' is not supported"),
+    ("custom tag", GOOD.replace("micro_batch: 4", "micro_batch: !big 4"), 6, "YAML tag '!big' is not supported"),
 ]
 
 
@@ -277,12 +280,15 @@ def test_good_files_still_load(tmp_path):
     """The guards refuse only what they name: anchors, aliases and merge keys of ordinary size load."""
     path = tmp_path / "anchors.yaml"
     path.write_text(textwrap.dedent("""\
+        name: &c quick
         model: gpt3-125m
         cluster: &c
           node: p4d.24xlarge
-          nodes: 2
+          nodes: &n 2
         training:
           micro_batch: 4
           global_batch: 128
+        sim: {}
         """))
-    assert load_scenario(path).world_size == 16  # 2 nodes x 8 GPUs
+    scenario = load_scenario(path)  # a reused anchor (&c twice) is legal YAML: no warning, no error
+    assert scenario.world_size == 16  # 2 nodes x 8 GPUs
