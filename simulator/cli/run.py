@@ -30,8 +30,8 @@ def run(
     """Simulate one training iteration of SCENARIO and print a summary."""
     import simulator
 
-    sc = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     ranks = guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
+    sc = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     needs_series = report is not None or trace is not None  # link-load time series for counters and heatmap
 
     def simulate() -> Any:
