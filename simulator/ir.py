@@ -18,6 +18,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, get_args
 
+from simulator import limits
+
 __all__ = ["CommOp", "MemDelta", "KernelInfo", "FusedPart", "FusedLayers", "TaskInfo", "Task", "Program", "ProgramBuilder", "STREAMS", "OpName", "HOST_COPY_OPS",
            "COLLECTIVE_OPS", "is_host_copy", "op_name"]
 
@@ -205,6 +207,7 @@ class ProgramBuilder:
     def __init__(self) -> None:
         self.tasks: list[Task] = []
         self.join_size: dict[Hashable, int] = {}
+        self.max_tasks = limits.get("tasks")  # a program this large is refused while it is built
 
     def add(
         self,
@@ -227,6 +230,9 @@ class ProgramBuilder:
 
     def append(self, task: Task) -> None:
         """Append a task whose ``id`` is its position (``len(tasks)`` before the call)."""
+        if len(self.tasks) >= self.max_tasks:
+            raise limits.exceeded("tasks", len(self.tasks) + 1, what="tasks of the simulated program (building "
+                                  "stopped there; the count grows with layers x micro-batches x simulated ranks)")
         self.tasks.append(task)
         if task.join is not None:
             self.join_size[task.join] = self.join_size.get(task.join, 0) + 1

@@ -18,12 +18,15 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from simulator import limits
 from simulator.errors import ScenarioError
 from simulator.fields import Frozen
+from simulator.safe_input import GuardedComposer, read_text
 
 __all__ = [
     "load_yaml",
     "load_mapping",
+    "read_text",
     "parse_yaml_text",
     "to_plain",
     "line_of",
@@ -37,21 +40,13 @@ def _yaml() -> YAML:
     yaml = YAML(typ="rt")
     yaml.version = (1, 2)
     yaml.allow_duplicate_keys = False
+    yaml.Composer = GuardedComposer  # the limits of simulator.limits
     return yaml
 
 
 def load_yaml(path: Path | str) -> Any:
     """Read a YAML 1.2 file keeping line information; bad files raise :class:`ScenarioError`."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError("no such file", file=str(path)) from None
-    except IsADirectoryError:
-        raise ScenarioError("is a directory, expected a YAML file", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read file: {exc}", file=str(path)) from None
-    return parse_yaml_text(text, file=str(path))
+    return parse_yaml_text(read_text(path), file=str(path))
 
 
 def load_mapping(path: Path | str, what: str) -> CommentedMap:
@@ -66,15 +61,26 @@ def load_mapping(path: Path | str, what: str) -> CommentedMap:
 
 
 def parse_yaml_text(text: str, *, file: str | None = None) -> Any:
+    """Parse YAML 1.2 text within the limits of :mod:`simulator.limits` (``text`` given directly,
+    e.g. a ``--set`` value, is held to ``file_bytes`` too)."""
+    if len(text) > limits.get("file_bytes"):
+        raise limits.exceeded("file_bytes", len(text), what="YAML text size", file=file)
+    if "\0" in text:
+        raise ScenarioError("contains a NUL byte: expected YAML text", file=file,
+                            line=text.count("\n", 0, text.index("\0")) + 1)
     try:
         data = _yaml().load(text)
+    except ScenarioError as exc:
+        raise exc.located(file=file) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "invalid YAML"
+        problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         raise ScenarioError(f"YAML syntax error: {problem}", file=file, line=line) from None
     except YAMLError as exc:
-        raise ScenarioError(f"YAML syntax error: {exc}", file=file) from None
+        raise ScenarioError(f"YAML syntax error: {' '.join(str(exc).split())}", file=file) from None
+    except RecursionError:  # a structure deeper than the interpreter's stack: never reached with yaml_depth
+        raise ScenarioError("YAML nesting too deep", file=file) from None
     return data
 
 

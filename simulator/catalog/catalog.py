@@ -170,7 +170,7 @@ class Catalog:
             path = Path(name_or_path)
             if not path.is_absolute() and base_dir is not None:
                 path = base_dir / path
-            if path.is_file():
+            if path.is_file() or path.is_symlink() or path.exists():  # the reader says why a FIFO, loop, ... is refused
                 return self._read_node_type(path)
             raise ScenarioError(f"node type file {str(path)!r} not found")
         known = ", ".join(self.node_type_names())

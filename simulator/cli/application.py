@@ -13,6 +13,7 @@ from simulator.cli.calibrate import calibrate
 from simulator.cli.collective import collective
 from simulator.cli.common import err_console
 from simulator.cli.import_cmd import import_app
+from simulator.cli.limits_option import limits_callback
 from simulator.cli.run import run
 from simulator.cli.schema import schema
 from simulator.cli.search import search
@@ -32,6 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+app.callback()(limits_callback)  # dtsim --limit NAME=N (simulator/limits.py)
 for command in (run, sweep, search, schema, topo, collective, validate):
     app.command()(command)
 # dtsim calibrate (simulator/cli/calibrate.py; PyTorch is imported only when it runs)

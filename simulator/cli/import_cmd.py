@@ -37,11 +37,12 @@ def _cluster(node: str, nodes: int) -> tuple[dict[str, Any], int, str]:
 
 
 def _read(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        fail(f"{path}: cannot read the {what}: {exc.strerror or exc}")
-        raise  # unreachable: fail exits
+    """The text of the config file: a regular UTF-8 file within the ``file_bytes`` limit (never
+    a FIFO or device read without end: :func:`simulator.safe_input.read_text`)."""
+    from simulator.safe_input import read_text
+
+    text: str = guard(lambda: read_text(path, expected=f"the {what}"))
+    return text
 
 
 def _emit(make: Any, out: Path | None) -> None:

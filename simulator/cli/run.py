@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from simulator import units
+from simulator import limits, units
 from simulator.cli.common import console, guard
 from simulator.errors import ScenarioError
 
@@ -30,9 +30,17 @@ def run(
     """Simulate one training iteration of SCENARIO and print a summary."""
     import simulator
 
+    ranks = guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
     sc = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     needs_series = report is not None or trace is not None  # link-load time series for counters and heatmap
-    sim = guard(lambda: simulator.run_simulation(sc, record_series=needs_series))
+
+    def simulate() -> Any:
+        try:
+            return simulator.run_simulation(sc, record_series=needs_series)
+        except limits.LimitError as exc:  # tasks or engine events: the scenario file is what is too large
+            raise exc.located(file=str(scenario)) from None
+
+    sim = guard(simulate)
     result = sim.result
     if not quiet:
         _print_summary(result, sc)
@@ -40,7 +48,6 @@ def run(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(result.model_dump_json(indent=2))
         console.print(f"result written to {json_path}")
-    ranks = guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
     if trace is not None:
         from simulator.results.export import write_trace
 
@@ -59,20 +66,20 @@ def run(
 
 
 def _parse_ranks(text: str) -> list[int]:
-    ranks: list[int] = []
+    """``"0-7,1024"`` -> [0, ..., 7, 1024]; the ranks are counted before any range is expanded
+    (limit ``trace_ranks`` of :mod:`simulator.limits`)."""
+    spans: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         try:
-            if "-" in part:
-                a, b = part.split("-", 1)
-                ranks += list(range(int(a), int(b) + 1))
-            else:
-                ranks.append(int(part))
+            a, _, b = part.partition("-")
+            spans.append((int(a), int(b) if b else int(a)))
         except ValueError:
             raise ScenarioError(f"--trace-ranks: cannot read {part!r}; use e.g. 0-7,1024") from None
-    return ranks
+    limits.check("trace_ranks", sum(max(0, b - a + 1) for a, b in spans), what="ranks named", field="--trace-ranks")
+    return [r for a, b in spans for r in range(a, b + 1)]
 
 
 def _pct(part: float, whole: float) -> str:

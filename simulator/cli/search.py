@@ -55,6 +55,7 @@ def search(
     base = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     budget = guard(lambda: _parse_count(tokens, "--tokens")) if tokens else None
     node_counts = guard(lambda: tuple(int(_parse_count(n, "--nodes")) for n in nodes.split(","))) if nodes else None
+    guard(lambda: _check_node_counts(node_counts or (), base.cluster.gpus_in_node))  # news, not "0 layouts"
     table = guard(lambda: load_prices(prices))
     space = SearchSpace(nodes=node_counts, max_micro_batch=max_micro_batch)
     n_workers, capped = guard(lambda: bound_workers(workers))
@@ -154,3 +155,13 @@ def _search_document(report: Any) -> dict[str, Any]:
         "prices": {k: v.model_dump() for k, v in report.prices.items()},
         "wall_s": report.wall_s,
     }
+
+
+def _check_node_counts(counts: tuple[int, ...], gpus_per_node: int) -> None:
+    from simulator import limits
+
+    for count in counts:
+        limits.check("nodes", count, what="cluster nodes", field="--nodes")
+        limits.check("world_size", count * gpus_per_node, what=f"GPUs ({count:,} nodes x {gpus_per_node} GPUs)",
+                     field="--nodes")
+

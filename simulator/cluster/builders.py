@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from simulator import limits
 from simulator.catalog import Catalog, default_catalog
 from simulator.cluster.comm_profile import apply_comm_profile
 from simulator.cluster.fabrics import build_fabric
@@ -167,6 +168,9 @@ def build_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterG
     links recalibrated when ``spec.calibration`` holds measured collectives). Transports and
     NCCL constants come from ``catalog`` (default: :func:`~simulator.catalog.default_catalog`),
     read once here."""
+    limits.check("nodes", spec.n_nodes, what="cluster nodes", field="cluster.nodes")
+    limits.check("world_size", spec.world_size, what=f"GPUs ({spec.n_nodes:,} nodes x {spec.gpus_in_node} GPUs)",
+                 field="cluster.nodes")
     catalog = catalog or default_catalog()
     node_type = spec.node_type
     transport_kind = spec.fabric.transport or node_type.nics.transport

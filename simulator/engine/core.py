@@ -14,7 +14,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
+from simpy.core import EmptySchedule
 
+from simulator import limits
 from simulator.costs.overlap import compute_rate
 from simulator.engine.comm import CommResolver, Resolved
 from simulator.engine.network import NetworkModel
@@ -78,7 +80,7 @@ class Engine:
     def run(self) -> EngineRun:
         for key in self.queues:
             self._try_head(key)
-        self.env.run()
+        self._run_events()
         end = np.array(self.end)
         unfinished = end < 0
         if unfinished.any():
@@ -90,6 +92,19 @@ class Engine:
             )
         makespan = float(end.max()) if len(end) else 0.0
         return EngineRun(np.array(self.start), end, self.resolved, self.network, makespan, self.events)
+
+    def _run_events(self) -> None:
+        """``env.run()`` with a bound: at most ``engine_events`` simpy events
+        (:mod:`simulator.limits`), so a program whose events multiply (flows re-timed at every
+        start and end) stops with a clear error instead of running for hours."""
+        step = self.env.step
+        budget = limits.get("engine_events")
+        try:
+            for _ in range(budget):
+                step()
+        except EmptySchedule:
+            return
+        raise limits.exceeded("engine_events", budget + 1, what="engine events of this run (stopped there)")
 
     def _try_head(self, key: tuple[int, str]) -> None:
         queue = self.queues[key]

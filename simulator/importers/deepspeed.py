@@ -47,12 +47,27 @@ _MAPPED = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accum
 
 def parse_json(text: str, source: str) -> dict[str, Any]:
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{source}: not valid JSON: {exc}") from None
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise ScenarioError(f"{source}: not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts, or a non-finite number
         raise ScenarioError(f"{source}: not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ScenarioError(f"{source}: expected a JSON object")
     return doc
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is not a finite number")
+    return value
 
 
 def _leaves(node: dict[str, Any], prefix: str = "") -> list[str]:

@@ -83,6 +83,8 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
         return toml.loads(text)
     except toml.TOMLDecodeError as exc:
         raise ScenarioError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:  # the parser recurses once per nesting level
+        raise ScenarioError(f"{source}: not valid TOML: nested too deeply") from None
 
 
 def _ignored(doc: dict[str, Any], fp8: bool) -> list[str]:

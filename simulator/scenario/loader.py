@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from simulator import limits
 from simulator.catalog import Catalog, default_catalog
 from simulator.errors import ScenarioError
 from simulator.scenario.framework import apply_framework
@@ -31,7 +32,11 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     path = tuple(part.strip() for part in key.strip().split("."))
     if not all(path):
         raise ScenarioError(f"--set {text!r}: empty key segment in {key!r}")
-    value = to_plain(parse_yaml_text(raw, file=f"--set {text}")) if raw.strip() else ""
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    try:
+        value = to_plain(parse_yaml_text(raw, file=f"--set {shown}")) if raw.strip() else ""
+    except ScenarioError as exc:  # a one-line value: its line number says nothing
+        raise ScenarioError(exc.message, file=exc.file) if "\n" not in raw.strip() else exc from None
     return path, value
 
 
@@ -80,6 +85,38 @@ def resolve_references(data: dict[str, Any], catalog: Catalog, base_dir: Path | 
     return data
 
 
+def _count(data: dict[str, Any], section: str, key: str) -> int | None:
+    value = data.get(section)
+    value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def check_sizes(data: dict[str, Any]) -> None:
+    """The counts of a resolved scenario mapping against :mod:`simulator.limits` (cluster nodes
+    and GPUs, model layers and sequence length, global batch and tokens per step), before
+    validation: an absurd count must be reported as over its limit, not as whatever
+    cross-field rule it happens to break first. Values of the wrong type are left to validation."""
+    nodes = _count(data, "cluster", "nodes")
+    if nodes is not None:
+        limits.check("nodes", nodes, what="cluster nodes", field="cluster.nodes")
+        per_node = _count(data, "cluster", "gpus_per_node") or getattr(
+            (data.get("cluster") or {}).get("node_type"), "gpus", None)
+        if isinstance(per_node, int):
+            limits.check("world_size", nodes * per_node, what=f"GPUs ({nodes:,} nodes x {per_node} GPUs)",
+                         field="cluster.nodes")
+    layers, seq_len = _count(data, "model", "layers"), _count(data, "model", "seq_len")
+    if layers is not None:
+        limits.check("layers", layers, what="model layers", field="model.layers")
+    if seq_len is not None:
+        limits.check("seq_len", seq_len, what="sequence length", field="model.seq_len")
+    batch = _count(data, "training", "global_batch")
+    if batch is not None:
+        limits.check("global_batch", batch, what="global batch", field="training.global_batch")
+        if seq_len is not None:
+            limits.check("tokens_per_step", batch * seq_len, what=f"tokens per step ({batch:,} x {seq_len:,})",
+                         field="training.global_batch")
+
+
 def scenario_from_mapping(
     data: dict[str, Any],
     *,
@@ -96,6 +133,7 @@ def scenario_from_mapping(
     context = {"base_dir": str(base_dir) if base_dir else None, "catalog": catalog}
     try:
         resolved = resolve_references(data, catalog, base_dir)
+        check_sizes(resolved)
         return Scenario.model_validate(resolved, context=context)
     except ValidationError as exc:
         error = error_from_validation(exc, root=root, file=file, model=Scenario)
@@ -109,7 +147,7 @@ def scenario_from_mapping(
             error = exc.located(file=file)
     override = _override_for(error.field, applied)
     if override is not None:
-        raise ScenarioError(error.message, field=f"--set {override}") from None
+        raise type(error)(error.message, field=f"--set {override}") from None  # LimitError, InfeasibleError kept
     raise error from None
 
 

@@ -19,6 +19,7 @@ from pydantic import ValidationInfo
 
 from simulator.catalog import Catalog, default_catalog
 from simulator.errors import ScenarioError
+from simulator.safe_input import not_a_regular_file
 from simulator.yamlio import load_mapping, to_plain
 
 __all__ = ["catalog_in", "base_dir_in", "resolve_cluster", "is_resolved_cluster", "is_catalog_name"]
@@ -102,6 +103,8 @@ def resolve_cluster(value: Any, catalog: Catalog, base_dir: Path | None = None) 
     except ScenarioError as exc:
         raise ScenarioError(exc.message, field="cluster.gpu") from None
     calibration = value.get("calibration")
-    if isinstance(calibration, str) and not Path(calibration).is_file():
-        raise ScenarioError(f"calibration profile {calibration!r} not found", field="cluster.calibration")
+    problem = not_a_regular_file(calibration) if isinstance(calibration, str) else None
+    if problem is not None:
+        what = "not found" if problem == "no such file" else f"cannot be read: {problem}"
+        raise ScenarioError(f"calibration profile {calibration!r} {what}", field="cluster.calibration")
     return {**value, "node_type": node_type, "gpu_spec": gpu_spec}

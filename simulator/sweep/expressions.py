@@ -21,6 +21,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from simulator import limits
+
 __all__ = ["ExpressionError", "references", "evaluate"]
 
 _REF = re.compile(r"\{([^{}]+)\}")
@@ -100,17 +102,42 @@ def _eval(node: ast.AST, names: Mapping[str, int | float]) -> Any:
         return names[node.id]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _eval(node.left, names), _eval(node.right, names)
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
-            raise ExpressionError(f"exponent {right} is larger than {_MAX_EXPONENT}")
-        return _BINARY[type(node.op)](left, right)
+        if isinstance(node.op, ast.Pow):
+            if abs(right) > _MAX_EXPONENT:
+                raise ExpressionError(f"exponent {right} is larger than {_MAX_EXPONENT}")
+            _check_power(left, right)
+        return _bounded(_BINARY[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand, names))
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
             and not node.keywords and node.args):
-        return _FUNCTIONS[node.func.id](*(_eval(arg, names) for arg in node.args))
+        return _bounded(_FUNCTIONS[node.func.id](*(_eval(arg, names) for arg in node.args)))
     what = type(node).__name__
     if isinstance(node, ast.Name):
         what = f"name {node.id!r} (write field references as {{section.field}})"
     elif isinstance(node, ast.Call):
         what = "a call (allowed: " + ", ".join(sorted(_FUNCTIONS)) + ")"
     raise ExpressionError(f"{what} is not allowed in a derived value")
+
+
+def _check_power(base: Any, exponent: Any) -> None:
+    """Refuse ``base ** exponent`` before computing it when the result would need more than
+    ``expression_bits`` bits (:mod:`simulator.limits`): each exponent is at most 64, but
+    nested powers (``((2**64)**64)**64``) grow the base without bound."""
+    if isinstance(base, (int, float)) and isinstance(exponent, (int, float)) and abs(base) > 1 and exponent > 0:
+        bits = exponent * math.log2(abs(base))
+        if bits > limits.get("expression_bits"):
+            raise ExpressionError(str(limits.exceeded("expression_bits", math.ceil(bits),
+                                                      what=f"size of {base:.6g} ** {exponent:g}")))
+
+
+def _bounded(value: Any) -> Any:
+    """``value`` when it is a real number of at most ``expression_bits`` bits and finite."""
+    if isinstance(value, complex):
+        raise ExpressionError("the result is not a real number (a fractional power of a negative number)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ExpressionError("the result is not a finite number")
+    if isinstance(value, int) and value.bit_length() > limits.get("expression_bits"):
+        raise ExpressionError(str(limits.exceeded("expression_bits", value.bit_length(), what="size of a value")))
+    return value
+

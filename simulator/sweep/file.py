@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 from ruamel.yaml.comments import CommentedMap
 
+from simulator import limits
 from simulator.errors import ScenarioError
 from simulator.fields import Frozen
 from simulator.yamlio import dotted, error_from_validation, line_of, load_mapping, load_yaml, to_plain
@@ -149,6 +150,8 @@ def load_sweep(path: str | Path) -> SweepFile:
     except ValidationError as exc:
         raise error_from_validation(exc, root=root, file=str(path), model=SweepSpec) from None
     _check_axes(spec, root, path)
+    limits.check_sweep_points(spec.size, field="vary" if spec.vary else "zip", file=str(path),
+                              line=line_of(root, ("vary",) if spec.vary else ("zip",)))
     base_path = (path.parent / spec.base).resolve() if not Path(spec.base).is_absolute() else Path(spec.base)
     base_root = load_yaml(base_path)
     if not isinstance(base_root, CommentedMap):
