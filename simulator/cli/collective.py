@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from simulator import units
-from simulator.cli.common import cluster_spec, console, fail, guard
+from simulator.cli.common import cluster_spec, console, fail, guard, safe
 from simulator.cluster.collective_algorithms import ALGORITHMS
 from simulator.errors import ScenarioError
 
@@ -68,7 +68,7 @@ def collective(
 
     rows = guard(table_rows)
     world = nodes * (gpus_per_node or 0) or None
-    table = Table(title=f"{op} on {nodes} x {node} ({network} model)", title_justify="left")
+    table = Table(title=safe(f"{op} on {nodes} x {node} ({network} model)"), title_justify="left")
     for col in ("size", "time", "algbw", "busbw", "algorithm"):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
     from simulator.scenario import ClusterSpec
@@ -78,5 +78,5 @@ def collective(
     for size, seconds, how in rows:
         algbw = size / seconds if seconds > 0 else 0.0
         table.add_row(units.format_size_for_table(size), f"{seconds * 1e6:,.1f} us", f"{algbw / 1e9:.2f} GB/s",
-                      f"{algbw * factor / 1e9:.2f} GB/s", how)
+                      f"{algbw * factor / 1e9:.2f} GB/s", safe(how))
     console.print(table)

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator.cli.common import console, fail, guard
+from simulator.cli.common import check_output_dir, console, fail, guard, safe
 from simulator.cli.progress import sweep_progress
 from simulator.errors import ScenarioError
 
@@ -51,6 +51,7 @@ def search(
 
     if objective not in ("throughput", "cost", "time-to-train"):
         fail(f"--objective {objective!r}: expected throughput, cost or time-to-train")
+    check_output_dir(out, "--out", inside=("cache",))
     base = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     budget = guard(lambda: _parse_count(tokens, "--tokens")) if tokens else None
     node_counts = guard(lambda: tuple(int(_parse_count(n, "--nodes")) for n in nodes.split(","))) if nodes else None
@@ -76,7 +77,7 @@ def search(
         from simulator.sweep import atomic_write_text
 
         atomic_write_text(out / "search.json", json.dumps(_search_document(report), indent=1, default=str) + "\n")
-        console.print(f"search written to {out / 'search.json'}")
+        console.print(f"search written to {safe(out / 'search.json')}")
 
 
 def _cpus() -> int:
@@ -104,15 +105,15 @@ def _print_search(report: Any, base: Any) -> None:
     from simulator.search import explain
 
     cluster = base.cluster
-    console.print(f"[bold]{base.model.label}[/] on {cluster.n_nodes} x {cluster.node_type.name} "
-                  f"({cluster.world_size} x {cluster.gpu_name}), global batch {base.training.global_batch} x "
-                  f"{base.model.seq_len} tokens, {base.training.precision}")
+    console.print(f"[bold]{safe(base.model.label)}[/] " + safe(
+        f"on {cluster.n_nodes} x {cluster.node_type.name} ({cluster.world_size} x {cluster.gpu_name}), global batch "
+        f"{base.training.global_batch} x {base.model.seq_len} tokens, {base.training.precision}"))
     console.print(f"{report.enumerated} layouts: {report.invalid} invalid, {report.over_memory} over memory "
                   f"(estimate), {report.bounded_out} unable to beat the top {len(report.ranked) or '-'} (bound)"
                   + (f", {report.capped} not reached (--max-estimates)" if report.capped else "")
                   + f"; {report.estimated} estimated from short runs ({report.simulated_oom} out of memory), "
                   f"{report.simulated} simulated whole, {report.wall_s:.0f} s", highlight=False)
-    table = Table(title=f"best by {report.objective}", title_justify="left")
+    table = Table(title=f"best by {safe(report.objective)}", title_justify="left")
     for col in ("#", "layout", "mb", "schedule", "sharding", "recompute", "step", "tokens/s", "MFU", "free mem",
                 "to train", "cost"):
         table.add_column(col, justify="left" if col in ("layout", "schedule", "sharding", "recompute") else "right",
@@ -123,8 +124,8 @@ def _print_search(report: Any, base: Any) -> None:
                                              else f"{lay.schedule} v={lay.virtual_stages}")
         sharding = lay.sharding if lay.shard_group_size is None else f"{lay.sharding} g={lay.shard_group_size}"
         cost = f"${ranked.cost_usd:,.0f}" if ranked.cost_usd is not None else "-"
-        table.add_row(str(i), f"tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp}", str(lay.micro_batch), schedule, sharding,
-                      ranked.candidate.recompute, f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
+        table.add_row(str(i), f"tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp}", str(lay.micro_batch), safe(schedule),
+                      safe(sharding), safe(ranked.candidate.recompute), f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
                       f"{100 * m['mfu']:.1f}%", f"{m['memory_headroom_bytes'] / 2**30:.1f} GiB",
                       f"{ranked.time_to_train_s / 86400:,.1f} d", cost)
     wide = console if console.is_terminal else Console(width=max(console.width, 132))
@@ -133,13 +134,13 @@ def _print_search(report: Any, base: Any) -> None:
                   + (" (20 per parameter, Hoffmann et al. 2022)" if report.tokens_default else ""), highlight=False)
     for node, price in report.prices.items():
         kind = "an ESTIMATE: bought, not rented" if price.kind == "estimate" else price.kind
-        console.print(f"cost: {node} at ${price.usd_per_hour:,.2f} per node-hour ({kind}, {price.date}; "
-                      f"{price.source})", highlight=False, soft_wrap=True)
+        console.print(safe(f"cost: {node} at ${price.usd_per_hour:,.2f} per node-hour ({kind}, {price.date}; "
+                           f"{price.source})"), highlight=False, soft_wrap=True)
     if not report.prices:
         console.print("cost: no price for this node type (pass --prices FILE)", highlight=False)
     console.print("[bold]why the best wins[/]")
     for line in explain(report):
-        console.print(f"  {line}", highlight=False, soft_wrap=True)
+        console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
 
 
 def _search_document(report: Any) -> dict[str, Any]:

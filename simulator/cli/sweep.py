@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from simulator.cli.common import console, err_console, guard
+from simulator.cli.common import check_output_dir, console, err_console, guard, safe
 from simulator.cli.progress import sweep_progress
 
 __all__ = ["sweep"]
@@ -27,13 +27,14 @@ def sweep(
     """
     from simulator.sweep import expand_sweep, feasible_rows, load_sweep, open_executor, run_sweep, write_results
 
+    out_dir = out if out is not None else Path("out") / sweep_file.stem
+    check_output_dir(out_dir, "--out", inside=("cache",))
     loaded = guard(lambda: load_sweep(sweep_file))
     points = guard(lambda: expand_sweep(loaded))
-    out_dir = out if out is not None else Path("out") / sweep_file.stem
     spec = loaded.spec
     invalid = sum(p.scenario is None for p in points)
-    console.print(f"[bold]{spec.name or sweep_file.stem}[/]: {len(points)} points ({invalid} invalid), "
-                  f"executor {executor}, results in {out_dir}")
+    console.print(f"[bold]{safe(spec.name or sweep_file.stem)}[/]: {len(points)} points ({invalid} invalid), "
+                  f"executor {safe(executor)}, results in {safe(out_dir)}")
     with sweep_progress() as (bar, update):
         task = bar.add_task("sweep", total=len(points))
 
@@ -45,8 +46,8 @@ def sweep(
         try:
             result = guard(run_all)
         except KeyboardInterrupt:
-            err_console.print(f"interrupted: finished points are kept in {out_dir / 'cache'}; run the same command "
-                              "again to resume", highlight=False)
+            err_console.print(f"interrupted: finished points are kept in {safe(out_dir / 'cache')}; run the same "
+                              "command again to resume", highlight=False)
             raise typer.Exit(130) from None
     meta = {"sweep_file": str(sweep_file), "base": str(loaded.base_path), "name": spec.name,
             "executor": executor, "wall_s": result.wall_s}
@@ -57,7 +58,7 @@ def sweep(
     console.print(f"{len(points)} points: {result.simulated} simulated, {result.cached} from cache, "
                   f"{result.failed} infeasible or failed, {result.wall_s:.1f} s")
     for path in (*paths, html):
-        console.print(f"  {path}")
+        console.print(f"  {safe(path)}")
 
 
 def _write_scaling_html(rows: list[Any], path: Path, *, title: str, by_series: bool) -> None:
