@@ -77,8 +77,9 @@ def calibrate(
     _print_summary(result)
     for warning in result.warnings:
         err_console.print(f"[bold yellow]warning:[/] {safe(warning)}", highlight=False, soft_wrap=True)
+    other = "" if result.profile.get("gpu") else " --set cluster.calibration_other_device=true"
     console.print(f"profile written to [bold]{safe(str(path))}[/]; use it with: dtsim run SCENARIO --set "
-                  f"cluster.calibration={safe(str(path))}", soft_wrap=True)
+                  f"cluster.calibration={safe(str(path))}{other}", soft_wrap=True)
 
 
 def _curve_text(curve: dict[str, list[float]]) -> str:

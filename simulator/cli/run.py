@@ -84,8 +84,7 @@ def _measured_on(sc: Any) -> str:
         return ""
     from simulator.scenario.calibration import load_profile_spec
 
-    spec = load_profile_spec(sc.cluster.calibration)
-    return f" (measured on {spec.device or spec.gpu or 'an unnamed device'})"
+    return f" (measured on {load_profile_spec(sc.cluster.calibration).measured_on})"
 
 
 def _pct(part: float, whole: float) -> str:
