@@ -40,8 +40,12 @@ def printable(text: object) -> str:
 
 def safe(text: object) -> str:
     """User-controlled ``text`` ready to embed in rich markup: control characters escaped
-    (:func:`printable`) and console markup (``[bold]``, ``[/oops]``, ``[link=...]``) taken literally."""
-    return escape(printable(text))
+    (:func:`printable`) and console markup (``[bold]``, ``[/oops]``, ``[link=...]``) taken
+    literally. Trailing backslashes are doubled so that a tag written after the text stays a
+    tag (``f"[bold]{safe(name)}[/]"``)."""
+    plain = printable(text)
+    body = plain.rstrip("\\")
+    return escape(body) + "\\" * (2 * (len(plain) - len(body)))
 
 
 def one_line(text: object, limit: int = 400) -> str:

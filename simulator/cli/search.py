@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,7 +55,7 @@ def search(
     check_output_dir(out, "--out", inside=("cache",))
     base = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     budget = guard(lambda: _parse_count(tokens, "--tokens")) if tokens else None
-    node_counts = guard(lambda: tuple(int(_parse_count(n, "--nodes")) for n in nodes.split(","))) if nodes else None
+    node_counts = guard(lambda: tuple(_parse_node_count(n) for n in nodes.split(","))) if nodes else None
     table = guard(lambda: load_prices(prices))
     space = SearchSpace(nodes=node_counts, max_micro_batch=max_micro_batch)
     cache = str(out / "cache") if out is not None else None
@@ -96,9 +97,19 @@ def _parse_count(text: str, option: str) -> float:
         value = float(number) * factor
     except ValueError:
         raise ScenarioError(f"{option} {text!r}: expected a number such as 1.4T or 2e12") from None
+    if not math.isfinite(value):  # nan, inf, 1e999
+        raise ScenarioError(f"{option} {text!r}: must be a finite number")
     if value <= 0:
         raise ScenarioError(f"{option} {text!r}: must be positive")
     return value
+
+
+def _parse_node_count(text: str) -> int:
+    """One ``--nodes`` entry: a whole positive number (``16``, ``1k``)."""
+    value = _parse_count(text, "--nodes")
+    if value != int(value):
+        raise ScenarioError(f"--nodes {text!r}: a node count must be a whole number")
+    return int(value)
 
 
 def _print_search(report: Any, base: Any) -> None:
