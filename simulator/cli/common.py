@@ -99,19 +99,26 @@ def cluster_spec(data: dict[str, Any]) -> Any:
 # output paths: checked before any work, so a bad target costs nothing and never a traceback
 
 
+def _shown(path: Path) -> str:
+    """``path`` for a message: whole when short, else its start and end."""
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-50:]}"
+
+
 def _check_names(path: Path, option: str) -> Path:
     """``path`` made absolute, after checking every name on it against the file system's
     limits (before anything stats it: a too-long name makes ``stat`` itself fail)."""
     absolute = Path(os.path.abspath(path))
+    raw = Path.cwd() / path  # as the system will walk it, ``..`` and all
     try:
         name_max, path_max = os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX")
     except (OSError, ValueError, AttributeError):
         name_max, path_max = 255, 4096
-    long = next((part for part in absolute.parts if len(os.fsencode(part)) > name_max), None)
+    long = next((part for part in raw.parts if len(os.fsencode(part)) > name_max), None)
     if long is not None:
-        fail(f"{option} {path}: the name {long[:40]}... is longer than the file system allows ({name_max} bytes)")
-    if len(os.fsencode(str(absolute))) >= path_max:
-        fail(f"{option} {path}: the path is longer than the file system allows ({path_max} bytes)")
+        fail(f"{option} {_shown(path)}: the name {long[:40]}... is longer than the file system allows ({name_max} bytes)")
+    if len(os.fsencode(str(raw))) >= path_max:
+        fail(f"{option} {_shown(path)}: the path is longer than the file system allows ({path_max} bytes)")
     return absolute
 
 
@@ -125,7 +132,7 @@ def _probe(directory: Path, option: str, path: Path) -> None:
     except FileExistsError:
         pass
     except OSError as exc:
-        fail(f"{option} {path}: cannot write in {directory} ({exc.strerror or exc})")
+        fail(f"{option} {_shown(path)}: cannot write in {directory} ({exc.strerror or exc})")
 
 
 def _writable_ancestor(absolute: Path, option: str, path: Path) -> None:
@@ -135,7 +142,7 @@ def _writable_ancestor(absolute: Path, option: str, path: Path) -> None:
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        fail(f"{option} {path}: {ancestor} is not a directory")
+        fail(f"{option} {_shown(path)}: {ancestor} is not a directory")
     _probe(ancestor, option, path)
 
 
@@ -143,31 +150,45 @@ def check_output_file(path: Path | None, option: str) -> None:
     """Exit 2 with one line unless ``path`` (when given) can be written as a file: not a
     directory, an existing file writable, its folder (or the nearest existing one, whose
     missing sub-folders the writer creates) a writable directory, every name within limits."""
-    if path is None:
-        return
-    absolute = _check_names(path, option)
-    if str(path) in ("", ".") or path.is_dir() or str(path).endswith(os.sep):
-        fail(f"{option} {path}: is a directory; give a file name")
-    if path.exists():  # written in place (also /dev/null, /dev/stdout)
-        if not os.access(path, os.W_OK):
-            fail(f"{option} {path}: the file is not writable")
-        return
-    _writable_ancestor(absolute, option, path)
+    try:
+        _check_file(path, option)
+    except OSError as exc:  # a folder on the way that cannot be searched, ...
+        fail(f"{option} {_shown(path) if path else path}: {exc.strerror or exc}")
 
 
 def check_output_dir(path: Path | None, option: str, *, inside: tuple[str, ...] = ()) -> None:
     """Exit 2 with one line unless ``path`` (when given) is, or can be created as, a writable
     directory; ``inside`` names sub-folders the command writes (e.g. ``cache``) that must not
     be files either."""
+    try:
+        _check_dir(path, option, inside)
+    except OSError as exc:
+        fail(f"{option} {_shown(path) if path else path}: {exc.strerror or exc}")
+
+
+def _check_file(path: Path | None, option: str) -> None:
+    if path is None:
+        return
+    absolute = _check_names(path, option)
+    if str(path) in ("", ".") or path.is_dir() or str(path).endswith(os.sep):
+        fail(f"{option} {_shown(path)}: is a directory; give a file name")
+    if path.exists():  # written in place (also /dev/null, /dev/stdout)
+        if not os.access(path, os.W_OK):
+            fail(f"{option} {_shown(path)}: the file is not writable")
+        return
+    _writable_ancestor(absolute, option, path)
+
+
+def _check_dir(path: Path | None, option: str, inside: tuple[str, ...]) -> None:
     if path is None:
         return
     absolute = _check_names(path, option)
     if path.exists() and not path.is_dir():
-        fail(f"{option} {path}: is a file, not a directory")
+        fail(f"{option} {_shown(path)}: is a file, not a directory")
     for name in inside:
         sub = path / name
         if sub.exists() and not sub.is_dir():
-            fail(f"{option} {path}: {sub} is a file, not a directory")
+            fail(f"{option} {_shown(path)}: {_shown(sub)} is a file, not a directory")
     if path.is_dir():
         _probe(path, option, path)
         return
