@@ -196,7 +196,9 @@ def test_search_counts_refuse_non_finite_and_non_positive(token: str) -> None:
     ("run", str(QUICKSTART), "-q", "--set", "cluster.fabric.nic_bandwidth=400"),
     ("search", str(QUICKSTART), "--tokens", "nan"),
     ("search", str(QUICKSTART), "--nodes", "nan"),
-], ids=["bool nodes", "bare bandwidth", "nan tokens", "nan nodes"])
+    ("collective", "--node", "dgx-a100", "--sizes", "8B:nan"),
+    ("collective", "--node", "dgx-a100", "--sizes", "-8B"),
+], ids=["bool nodes", "bare bandwidth", "nan tokens", "nan nodes", "nan size", "negative size"])
 def test_cli_garbage_is_one_line_exit_2(args: tuple[str, ...]) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DTSIM_DEBUG"}
     env.update({"PYTHONPATH": str(ROOT), "COLUMNS": "200"})

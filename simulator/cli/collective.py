@@ -15,10 +15,20 @@ from simulator.errors import ScenarioError
 __all__ = ["collective"]
 
 
+def _size(text: str, whole: str) -> float:
+    try:
+        size = units.parse_bytes(text)
+    except units.UnitError as exc:
+        raise ScenarioError(f"--sizes {whole!r}: {exc}") from None
+    if size < 0:
+        raise ScenarioError(f"--sizes {whole!r}: a size cannot be negative")
+    return size
+
+
 def _size_range(text: str) -> list[float]:
     if ":" not in text:
-        return [units.parse_bytes(text)]
-    lo, hi = (units.parse_bytes(x) for x in text.split(":", 1))
+        return [_size(text, text)]
+    lo, hi = (_size(x, text) for x in text.split(":", 1))
     if lo <= 0 or hi < lo:
         raise ScenarioError(f"--sizes {text!r}: need 0 < start <= end, e.g. 8B:16GiB")
     sizes, size = [], lo
