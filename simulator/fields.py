@@ -144,7 +144,7 @@ def _unit_field(parser: Callable[[Any], float], kind: str, example: str) -> Any:
 
     schema = {
         "anyOf": [
-            {"type": "number"},
+            {"type": "number", "minimum": low, "maximum": high},
             {"type": "string", "description": f"{kind} with a unit, e.g. {example}"},
         ]
     }
