@@ -162,7 +162,8 @@ Rate = Annotated[float, _rate[0], _rate[1], Field(gt=0)]
 PositiveRate = Rate
 Seconds = Annotated[float, _time[0], _time[1], Field(ge=0)]
 FlopRate = Annotated[float, _flop_rate[0], _flop_rate[1], Field(gt=0)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
+# a fraction of a rate (efficiencies): at least 1e-6, so no efficiency turns a rate into a 1e300 s step
+Fraction = Annotated[float, Field(ge=1e-6, le=1)]
 
 
 

@@ -47,6 +47,8 @@ SET_CASES = [
     ("cluster.fabric.latency=2h", "between 0 and 1 hour"),
     ("cluster.fabric.latency=-1us", ""),
     ("parallelism.ddp.bucket_size=1e30", "1 EiB"),
+    ("cluster.fabric.efficiency=1e-300", "greater than or equal to 0.000001"),  # was a 1.02e+299 s step
+    ("cluster.fabric.efficiency=0", "greater than or equal to 0.000001"),
 ]
 
 
