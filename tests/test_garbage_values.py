@@ -209,3 +209,27 @@ def test_cli_garbage_is_one_line_exit_2(args: tuple[str, ...]) -> None:
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: ")
+
+
+NODE = (ROOT / "topologies" / "nodes" / "p4d.24xlarge.yaml").read_text()
+NODE_CASES = [
+    ("gpus: 8", "gpus: true", "gpus", "valid integer (got true)"),
+    ("bandwidth: 100Gbps", "bandwidth: 400", "nics.bandwidth", "between 1 kB/s and 1 EB/s"),
+    ("bandwidth: 100Gbps", "bandwidth: .nan", "nics.bandwidth", "finite"),
+    ("count: 4", "count: false", "nics.count", "valid integer (got false)"),
+    ("generation: 4", "generation: 4.5", "pcie.generation", "integer"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "field", "fragment"), NODE_CASES, ids=[c[1] for c in NODE_CASES])
+def test_a_node_file_with_garbage_names_file_line_and_field(tmp_path: Path, old: str, new: str, field: str,
+                                                            fragment: str) -> None:
+    """A user's node file (cluster.node: PATH) goes through the same edge as the scenario."""
+    assert old in NODE
+    node = tmp_path / "node.yaml"
+    node.write_text(NODE.replace(old, new, 1))
+    line = 1 + NODE.split(old, 1)[0].count("\n")
+    with pytest.raises(ScenarioError) as info:
+        simulator.load_scenario(QUICKSTART, overrides=[f"cluster.node={node}"])
+    message = str(info.value)
+    assert message.startswith(f"{node}:{line}: {field}: ") and fragment in message, message
