@@ -107,7 +107,9 @@ fig
 # `--set cluster.calibration=PATH`). On a GPU the profile names the catalog GPU and its
 # tables replace the built-in ones. A CPU profile describes the CPU alone, so simulating with
 # it answers "what if every GPU of this cluster computed like this machine": the communication
-# model is unchanged, the compute is this device's.
+# model is unchanged, the compute is this device's. dtsim refuses a profile measured on another
+# device than the cluster's GPU unless you say so: `cluster.calibration_other_device: true` (or
+# `cluster.gpu: <the profile's GPU>` when the cluster really has that GPU).
 
 # %%
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent
@@ -115,7 +117,8 @@ path = write_profile(profile, Path(tempfile.mkdtemp()) / f"{device}.yaml")
 small = ["model=gpt3-125m", "training.micro_batch=1", "training.global_batch=32"]
 default = simulator.simulate(simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml", overrides=small))
 measured = simulator.simulate(simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml",
-                                                      overrides=[*small, f"cluster.calibration={path}"]))
+                                                      overrides=[*small, f"cluster.calibration={path}",
+                                                                 "cluster.calibration_other_device=true"]))
 for name, r in (("built-in A100 tables", default), (f"this {device}", measured)):
     b = r.breakdown
     print(f"{name:<22} step {r.step_time_s * 1e3:10.1f} ms  compute {b.compute_s * 1e3:10.1f} ms  "

@@ -2,14 +2,22 @@
 
 Fields that hold a physical quantity accept either a plain number in SI base units or a
 string with a unit (``"400Gbps"``, ``"80GiB"``, ``"2us"``); they are stored as SI floats.
+
+Every number is checked at this edge: no model accepts ``nan`` or ``inf`` (``allow_inf_nan``
+off), a boolean is never taken for a number (``true`` is not a count of 1), and each kind of
+quantity lies within bounds far outside any real machine (``QUANTITY_BOUNDS``: a rate below
+1 kB/s is a missing unit, not a network), so a wrong number cannot turn into an ``inf``, ``nan``
+or 0 figure further on.
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from simulator import units
 
@@ -27,6 +35,7 @@ __all__ = [
     "Precision",
     "PRECISIONS",
     "Fraction",
+    "QUANTITY_BOUNDS",
 ]
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -36,18 +45,106 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 class Frozen(BaseModel):
     """Base of every scenario and catalog model: closed (unknown keys are errors) and immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        """``true``/``false`` where a number (or a list of numbers) is expected is an error,
+        not 1/0 as pydantic's lax mode would take it: the boolean is swapped for a marker that
+        fails the field's own validation, so the error names the field (``got true``)."""
+        if not isinstance(data, dict):
+            return data
+        numeric = _numeric_fields(cls)
+        out = None
+        for key, value in data.items():
+            if key not in numeric:
+                continue
+            if isinstance(value, bool):
+                swapped: Any = _NotANumber(value)
+            elif isinstance(value, list) and any(isinstance(v, bool) for v in value):
+                swapped = [_NotANumber(v) if isinstance(v, bool) else v for v in value]
+            else:
+                continue
+            out = dict(data) if out is None else out
+            out[key] = swapped
+        return data if out is None else out
+
+
+class _NotANumber:
+    """A boolean given where a number is expected; prints as the YAML spelling."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "true" if self.value else "false"
+
+
+_NUMERIC: dict[type, frozenset[str]] = {}
+
+
+def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Names and aliases of ``model``'s plain number fields (unit-carrying ones reject booleans
+    in their own parser)."""
+    found = _NUMERIC.get(model)
+    if found is None:
+        names: set[str] = set()
+        for name, info in model.model_fields.items():
+            if _wants_number(info.annotation) and quantity_of(info.metadata) in (None, "elements"):
+                names.add(name)
+                if info.alias:
+                    names.add(info.alias)
+        found = _NUMERIC[model] = frozenset(names)
+    return found
+
+
+def _wants_number(annotation: Any) -> bool:
+    """Whether ``annotation`` takes an int or float (directly, in a union, or as list items)
+    and never a bool."""
+    if annotation is bool:
+        return False
+    if annotation in (int, float):
+        return True
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _wants_number(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return bool not in args and any(_wants_number(a) for a in args)
+    if origin in (list, tuple) and args:
+        return _wants_number(args[0])
+    return False
+
+
+# the range each kind of quantity may take (SI units): far outside any real device, so only
+# a missing unit, a typo or a deliberate absurdity falls outside
+QUANTITY_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "size": (0.0, 2.0**60, "at most 1 EiB"),
+    "rate": (1e3, 1e18, "between 1 kB/s and 1 EB/s (a bare number is bytes per second: add a unit, e.g. '400Gbps')"),
+    "time": (0.0, 3600.0, "between 0 and 1 hour"),
+    "FLOP rate": (1e6, 1e19, "between 1 MFLOP/s and 10 EFLOP/s (add a unit, e.g. '312TFLOPS')"),
+}
+
+
+_SI_UNIT = {"size": "B", "rate": "B/s", "time": "s", "FLOP rate": "FLOP/s"}
 
 
 def _unit_field(parser: Callable[[Any], float], kind: str, example: str) -> Any:
+    low, high, allowed = QUANTITY_BOUNDS[kind]
+
     def parse(value: Any) -> Any:
         if value is None:
             return None
-        return parser(value)
+        number = parser(value)
+        if not low <= number <= high and not (kind == "size" and number < 0):  # sizes: ge/gt say why
+            shown = value if isinstance(value, str) else f"{number:g} {_SI_UNIT[kind]}"
+            raise ValueError(f"{kind} {shown} is out of range: {allowed}")
+        return number
 
     schema = {
         "anyOf": [
-            {"type": "number"},
+            {"type": "number", "minimum": low, "maximum": high},
             {"type": "string", "description": f"{kind} with a unit, e.g. {example}"},
         ]
     }
@@ -65,7 +162,8 @@ Rate = Annotated[float, _rate[0], _rate[1], Field(gt=0)]
 PositiveRate = Rate
 Seconds = Annotated[float, _time[0], _time[1], Field(ge=0)]
 FlopRate = Annotated[float, _flop_rate[0], _flop_rate[1], Field(gt=0)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
+# a fraction of a rate (efficiencies): at least 1e-6, so no efficiency turns a rate into a 1e300 s step
+Fraction = Annotated[float, Field(ge=1e-6, le=1)]
 
 
 

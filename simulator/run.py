@@ -6,6 +6,8 @@ scenario -> cluster graph + mesh -> compute profile -> workload program -> engin
 from __future__ import annotations
 
 import gc
+import math
+import numbers
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -18,6 +20,7 @@ from simulator.costs.collectives import choose_algorithm
 from simulator.costs.flops import model_flops_per_token, op_policy_recomputed_params, recompute_flops_per_token
 from simulator.costs.nccl_env import NcclTuning
 from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
+from simulator.errors import ScenarioError
 from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
 from simulator.results.rows import CommRecord
@@ -90,7 +93,8 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
     resolver = CommResolver(cluster, planner, classes, model, block_ranks=block)
     run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series,
                       overlap_slowdown=workload.overlap_slowdown)
-    facts = _facts(scenario, workload, program, run, profile.name, profile.calibrated, cluster.gpu)
+    measured = profile.calibrated or scenario.cluster.calibration is not None  # a user's profile is never "built-in"
+    facts = _facts(scenario, workload, program, run, profile.name, measured, cluster.gpu)
     rows = _rows(program, run)
     result = compute_result(rows, facts, _link_stats(classes, run))
     return Simulation(result, rows, facts, _link_series(classes, run) if record_series else None)
@@ -220,6 +224,7 @@ def simulate_collective(
     (``NCCL_ALGO`` / ``NCCL_PROTO``) enables. An algorithm or tuning the topology cannot run
     raises :class:`ValueError`.
     """
+    nbytes = _checked_bytes(nbytes)
     graph, resolver = _collective_setup(_as_spec(cluster), tuning)
     group = ranks or tuple(range(graph.world_size))
     pb = ProgramBuilder()
@@ -229,9 +234,25 @@ def simulate_collective(
     return float(run.makespan_s)
 
 
+def _checked_bytes(nbytes: Any) -> float:
+    """``nbytes`` as a float, or a :class:`ScenarioError` (a ``ValueError`` too) for a negative,
+    non-finite or non-numeric byte count."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real):
+        raise _BadBytes(f"must be a number of bytes, got {nbytes!r}", field="nbytes")
+    value = float(nbytes)
+    if not math.isfinite(value) or value < 0:
+        raise _BadBytes(f"must be a finite number of bytes >= 0, got {nbytes!r}", field="nbytes")
+    return value
+
+
+class _BadBytes(ScenarioError, ValueError):
+    """A bad byte count given to the Python API: both bad input and a ValueError."""
+
+
 def collective_choice(cluster: dict[str, Any] | ClusterSpec, op: str, nbytes: float,
                       algorithm: str | None = None, *, tuning: NcclTuning | None = None) -> str:
     """The algorithm and protocol the tuner picks, e.g. ``"tree/Simple"``."""
+    nbytes = _checked_bytes(nbytes)
     graph, resolver = _collective_setup(_as_spec(cluster), tuning)
     group = tuple(range(graph.world_size))
     choice = resolver.choose(CommOp(op_name(op), group, float(nbytes), "dp", (group,), algorithm))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -131,11 +132,16 @@ def dotted(loc: Sequence[Any]) -> str:
     return "".join(parts)
 
 
+# pydantic's own location entries: ``function-after[_check(), Spec]``, ``literal['auto']``; a
+# user's key with a bracket but other characters (``bogus\x1b[31m``) stays in the location
+_PYDANTIC_TAG = re.compile(r"^[a-z][a-z0-9_-]*\[.*\]$", re.DOTALL)
+
+
 def _clean_loc(loc: Sequence[Any]) -> tuple[Any, ...]:
     """Drop pydantic-internal location entries (union branch tags, validator names)."""
     cleaned = []
     for key in loc:
-        if isinstance(key, str) and ("[" in key or key in {"str", "int", "float", "bool", "literal['auto']"}):
+        if isinstance(key, str) and (_PYDANTIC_TAG.match(key) or key in {"str", "int", "float", "bool"}):
             continue
         cleaned.append(key)
     return tuple(cleaned)

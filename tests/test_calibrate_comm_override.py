@@ -21,11 +21,12 @@ GiB = 2**30
 ALPHA_S, BETA_S_PER_BYTE = 20e-6, 1e-11  # a measured 2-rank all-reduce: 20 us + D / 100 GB/s
 
 
-def _profile(tmp_path: Path, comm: str) -> str:
+def _profile(tmp_path: Path, comm: str, gpu: str = "a100-80gb") -> str:
+    """A measured profile of ``gpu`` (a profile applies only to a cluster of the GPU it was measured on)."""
     path = tmp_path / "measured.yaml"
     path.write_text(f"""
 kind: dtsim-compute-profile
-gpu: a100-80gb
+gpu: {gpu}
 calibrated: true
 gemm: {{bf16: {{log10_flops: [9], efficiency: [0.5]}}}}
 attention_fwd: {{bf16: {{log10_flops: [9], efficiency: [0.5]}}}}
@@ -78,7 +79,7 @@ def test_other_rank_counts_inherit_the_measured_links(measured: str) -> None:
 
 
 def test_pcie_nodes_recalibrate_their_peer_path_not_the_network(tmp_path: Path) -> None:
-    path = _profile(tmp_path, "  all_gather: {alpha: 50us, beta: 1.0e-10, ranks: 2, backend: nccl}")
+    path = _profile(tmp_path, "  all_gather: {alpha: 50us, beta: 1.0e-10, ranks: 2, backend: nccl}", gpu="a10g")
     plain = build_cluster(ClusterSpec.model_validate({"node": "g5.12xlarge", "nodes": 2}))
     cluster = build_cluster(ClusterSpec.model_validate({"node": "g5.12xlarge", "nodes": 2, "calibration": path}))
     changed = {b.tier for a, b in zip(plain.links, cluster.links, strict=True) if a != b}

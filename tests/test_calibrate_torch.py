@@ -122,16 +122,21 @@ def test_cpu_profile_makes_simulated_compute_slower_than_builtin_a100(cpu_profil
         assert peak and flops / peak < gpu_s < 3 * flops / peak, (precision, gpu_s)
         assert cpu_s > 100 * gpu_s, (precision, cpu_s, gpu_s)
     plain = simulator.simulate(simulator.load_scenario(QUICKSTART))
-    calibrated = simulator.simulate(simulator.load_scenario(QUICKSTART,
-                                                            overrides=[f"cluster.calibration={cpu_profile}"]))
+    calibrated = simulator.simulate(simulator.load_scenario(QUICKSTART, overrides=[
+        f"cluster.calibration={cpu_profile}", "cluster.calibration_other_device=true"]))
     assert calibrated.step_time_s > 100 * plain.step_time_s
     assert calibrated.calibration == str(cpu_profile) and plain.calibration.startswith("uncalibrated")
 
 
 def test_run_uses_the_profile_from_the_cli(cpu_profile: Path) -> None:
-    result = CliRunner().invoke(app, ["run", str(QUICKSTART), "--set", f"cluster.calibration={cpu_profile}"])
+    """A CPU profile on the quickstart's A100 cluster is refused (exit 2, naming the device and
+    the override) until the user asks for it; then the summary names the device it was measured on."""
+    refused = CliRunner().invoke(app, ["run", str(QUICKSTART), "--set", f"cluster.calibration={cpu_profile}"])
+    assert refused.exit_code == 2 and "calibration_other_device" in refused.output, refused.output
+    result = CliRunner().invoke(app, ["run", str(QUICKSTART), "--set", f"cluster.calibration={cpu_profile}",
+                                      "--set", "cluster.calibration_other_device=true"])
     assert result.exit_code == 0, result.output
-    assert "calibration" in result.output
+    assert "measured on cpu:" in " ".join(result.output.split())
 
 
 def test_comm_2_with_gloo_fits_and_overrides_links(tmp_path: Path) -> None:
@@ -152,7 +157,8 @@ def test_comm_2_with_gloo_fits_and_overrides_links(tmp_path: Path) -> None:
         assert fit.alpha_s >= 0 and fit.beta_s_per_byte >= 0
     points = spec.metadata["measurements"]["comm"]
     assert {p["op"] for p in points} == set(spec.comm) and all(p["median_s"] > 0 for p in points)
-    cluster = {"node": "dgx-a100", "nodes": 1, "gpus_per_node": 2, "calibration": str(out)}
+    cluster = {"node": "dgx-a100", "nodes": 1, "gpus_per_node": 2, "calibration": str(out),
+               "calibration_other_device": True}  # a CPU (gloo) profile replayed on A100s, on purpose
     seconds = simulator.simulate_collective(cluster, "all_reduce", 2**28, "ring")
     assert seconds > 0 and math.isfinite(seconds)
 

@@ -31,12 +31,12 @@ from simulator import units
 from simulator.calibrate.device import CalibrationError, DeviceInfo, import_torch
 from simulator.calibrate.fit import fit_alpha_beta
 from simulator.calibrate.timing import Timing
+from simulator.catalog.profiles import COMM_OPS
 from simulator.costs.collectives import bus_bandwidth_factor
 
 __all__ = ["COMM_OPS", "CommPoint", "CommMeasurement", "comm_sizes", "check_ranks", "measure_collectives",
            "fit_comm"]
 
-COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 ELEMENT_BYTES = 4  # float32
 
 

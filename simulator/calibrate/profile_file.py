@@ -139,7 +139,8 @@ def write_profile(profile: dict[str, Any], path: str | Path) -> Path:
     root = _yaml_node(profile)
     root.yaml_set_start_comment(
         "Compute profile measured by `dtsim calibrate` (see metadata). Use it in a scenario with\n"
-        "cluster.calibration: PATH, or: dtsim run SCENARIO --set cluster.calibration=PATH")
+        "cluster.calibration: PATH, or: dtsim run SCENARIO --set cluster.calibration=PATH (on a cluster of\n"
+        "another GPU than the one measured, also cluster.calibration_other_device: true)")
     yaml = YAML()
     yaml.default_flow_style = False
     yaml.width = 120

@@ -11,16 +11,31 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
-from simulator.fields import FlopRate, Fraction, Frozen, Rate, Seconds
+from simulator.fields import PRECISIONS, FlopRate, Fraction, Frozen, Rate, Seconds
 
-__all__ = ["CurveSpec", "CommFit", "ProfileSpec"]
+__all__ = ["CurveSpec", "CommFit", "ProfileSpec", "COMM_OPS"]
+
+# the collectives ``dtsim calibrate --comm`` measures and a profile's ``comm`` may hold
+COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 class CurveSpec(Frozen):
+    """An efficiency curve: ``efficiency[i]`` at ``10 ** log10_flops[i]`` FLOPs, points in
+    increasing order of size (read by a clamped piecewise-linear lookup)."""
+
     log10_flops: list[float] = Field(min_length=1)
     efficiency: list[Fraction] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _points(self) -> CurveSpec:
+        if len(self.log10_flops) != len(self.efficiency):
+            raise ValueError(f"log10_flops has {len(self.log10_flops)} points but efficiency has "
+                             f"{len(self.efficiency)}: every size needs one efficiency")
+        if any(b <= a for a, b in zip(self.log10_flops, self.log10_flops[1:], strict=False)):
+            raise ValueError("log10_flops must increase strictly from one point to the next")
+        return self
 
 
 class CommFit(Frozen):
@@ -52,3 +67,24 @@ class ProfileSpec(Frozen):
     metadata: dict[str, Any] = Field(default_factory=dict)
     closed_loop: dict[str, Any] = Field(default_factory=dict)
     sources: list[str] = Field(default_factory=list)
+
+    @field_validator("peak_flops", "gemm", "attention_fwd", "attention_bwd")
+    @classmethod
+    def _precisions(cls, table: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(table) - set(PRECISIONS))
+        if unknown:
+            raise ValueError(f"unknown precision {unknown[0]!r} (known: {', '.join(PRECISIONS)})")
+        return table
+
+    @field_validator("comm")
+    @classmethod
+    def _collectives(cls, fits: dict[str, CommFit]) -> dict[str, CommFit]:
+        unknown = sorted(set(fits) - set(COMM_OPS))
+        if unknown:
+            raise ValueError(f"unknown collective {unknown[0]!r} (a profile measures {', '.join(COMM_OPS)})")
+        return fits
+
+    @property
+    def measured_on(self) -> str:
+        """The device the profile describes, as a person reads it (``cpu: Intel Xeon ...``, ``a100-40gb``)."""
+        return self.device or self.gpu or "an unnamed device"

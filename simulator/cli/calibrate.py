@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from simulator import units
-from simulator.cli.common import console, err_console, fail
+from simulator.cli.common import check_output_file, console, err_console, fail, safe
 from simulator.errors import ScenarioError
 
 __all__ = ["calibrate"]
@@ -66,6 +65,7 @@ def calibrate(
 
     if dtype is not None and dtype not in DTYPES:
         fail(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    check_output_file(out, "--out")
     if scenario is not None and not scenario.is_file():
         fail(f"--scenario {scenario}: file not found")
     options = CalibrationOptions(device=device, dtype=dtype, scenario=scenario, quick=quick, comm_ranks=comm,
@@ -80,7 +80,7 @@ def calibrate(
         return
     _print_summary(result)
     for warning in result.warnings:
-        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold yellow]warning:[/] {safe(warning)}", highlight=False, soft_wrap=True)
     target = out or default_out(result.device, result.dtype)
     if result.noise is not None and not force:
         fail(f"not writing {target}: the timings are too noisy to trust ({result.noise}); calibrate again on an "
@@ -88,8 +88,9 @@ def calibrate(
     if result.noise is not None:
         result.profile["metadata"]["noise"]["forced"] = True
     path = write_profile(result.profile, target)
-    console.print(f"profile written to [bold]{escape(str(path))}[/]; use it with: dtsim run SCENARIO --set "
-                  f"cluster.calibration={escape(str(path))}", soft_wrap=True)
+    other = "" if result.profile.get("gpu") else " --set cluster.calibration_other_device=true"
+    console.print(f"profile written to [bold]{safe(str(path))}[/]; use it with: dtsim run SCENARIO --set "
+                  f"cluster.calibration={safe(str(path))}{other}", soft_wrap=True)
 
 
 def _curve_text(curve: dict[str, list[float]]) -> str:
@@ -100,11 +101,11 @@ def _curve_text(curve: dict[str, list[float]]) -> str:
 def _print_summary(result: Any) -> None:
     p = result.profile
     dtype = result.dtype
-    table = Table(title=escape(f"calibration of {p['device']} ({dtype})"), show_header=False, title_justify="left")
+    table = Table(title=safe(f"calibration of {p['device']} ({dtype})"), show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
     meta = p["metadata"]
-    table.add_row("device", escape(f"{p['device']}; torch {meta['torch_version']}")
+    table.add_row("device", safe(f"{p['device']}; torch {meta['torch_version']}")
                   + (f", {meta['threads']} thread(s)" if meta.get("threads") else ""))
     table.add_row("peak", f"{p['peak_flops'][dtype]} ({meta['peak_flops_source']})")
     table.add_row("memory", f"{p['memory_bandwidth']} x efficiency {p['memory_efficiency']} "

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from simulator.cli.common import cluster_spec, console, fail, guard
+from simulator.cli.common import check_output_file, cluster_spec, console, fail, guard, printable, safe
 
 __all__ = ["import_app"]
 
@@ -50,17 +50,18 @@ def _emit(make: Any, out: Path | None) -> None:
     from simulator.importers import render
     from simulator.scenario import Scenario
 
+    check_output_file(out, "--out")
     imported = guard(make)
     guard(lambda: Scenario.model_validate(imported.scenario))
     text = render(imported)
     if out is None:
-        typer.echo(text, nl=False)
+        typer.echo("\n".join(printable(line) for line in text.split("\n")), nl=False)
         return
     try:
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         fail(f"{out}: cannot write: {exc.strerror or exc}")
-    console.print(f"wrote {out} ({len(imported.ignored)} input(s) ignored, listed in its header)", highlight=False)
+    console.print(f"wrote {safe(out)} ({len(imported.ignored)} input(s) ignored, listed in its header)", highlight=False)
 
 
 @import_app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

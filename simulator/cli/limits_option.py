@@ -1,9 +1,8 @@
 """``dtsim --limit NAME=N``: the option, given before the command, that raises a resource limit
 of :mod:`simulator.limits` for this run (``DTSIM_LIMITS`` in the environment does the same).
 
-:data:`LimitOption` and :func:`apply_limit_options` are the pieces; :func:`limits_callback` is
-the application callback made of them (a typer application has one callback: another global
-option joins it as a further parameter)."""
+:data:`LimitOption` and :func:`apply_limit_options` are the pieces the application callback
+(``simulator/cli/application.py``, beside ``--debug``) is made of."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import typer
 from simulator import limits
 from simulator.cli.common import guard
 
-__all__ = ["LIMIT_HELP", "LimitOption", "apply_limit_options", "limits_callback"]
+__all__ = ["LIMIT_HELP", "LimitOption", "apply_limit_options"]
 
 LIMIT_HELP = (
     "Raise a resource limit for this run (repeatable, before the command; the environment "
@@ -30,7 +29,3 @@ def apply_limit_options(values: list[str] | None) -> None:
     """Check ``DTSIM_LIMITS`` and merge the ``--limit`` values into it (exit 2 when malformed)."""
     guard(lambda: limits.apply_assignments(list(values or [])))
 
-
-def limits_callback(limit: LimitOption = None) -> None:
-    """Check ``DTSIM_LIMITS`` and merge the ``--limit`` options into it before any command runs."""
-    apply_limit_options(limit)

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from simulator import limits, units
-from simulator.cli.common import console, guard
+from simulator.cli.common import check_output_dir, check_output_file, console, guard, safe
 from simulator.errors import ScenarioError
 
 __all__ = ["run"]
@@ -30,6 +30,9 @@ def run(
     """Simulate one training iteration of SCENARIO and print a summary."""
     import simulator
 
+    for path, option in ((json_path, "--json"), (trace, "--trace"), (report, "--report")):
+        check_output_file(path, option)
+    check_output_dir(hta, "--hta")
     ranks = guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
     sc = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     needs_series = report is not None or trace is not None  # link-load time series for counters and heatmap
@@ -47,22 +50,22 @@ def run(
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(result.model_dump_json(indent=2))
-        console.print(f"result written to {json_path}")
+        console.print(f"result written to {safe(json_path)}")
     if trace is not None:
         from simulator.results.export import write_trace
 
         guard(lambda: write_trace(sim, trace, ranks=ranks))
-        console.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+        console.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
     if hta is not None:
         from simulator.results.export import write_hta_traces
 
         paths = guard(lambda: write_hta_traces(sim, hta, ranks=ranks))
-        console.print(f"{len(paths)} HTA trace(s) written to {hta} (hta.trace_analysis.TraceAnalysis(trace_dir=...))")
+        console.print(f"{len(paths)} HTA trace(s) written to {safe(hta)} (hta.trace_analysis.TraceAnalysis(trace_dir=...))")
     if report is not None:
         from simulator.viz.report import write_report
 
         write_report(sim, sc, report)
-        console.print(f"report written to {report}")
+        console.print(f"report written to {safe(report)}")
 
 
 def _parse_ranks(text: str) -> list[int]:
@@ -80,6 +83,15 @@ def _parse_ranks(text: str) -> list[int]:
             raise ScenarioError(f"--trace-ranks: cannot read {part!r}; use e.g. 0-7,1024") from None
     limits.check("trace_ranks", sum(max(0, b - a + 1) for a, b in spans), what="ranks named", field="--trace-ranks")
     return [r for a, b in spans for r in range(a, b + 1)]
+
+
+def _measured_on(sc: Any) -> str:
+    """`` (measured on cpu: Intel Xeon ...)`` for a scenario with a calibration profile."""
+    if sc.cluster.calibration is None:
+        return ""
+    from simulator.scenario.calibration import load_profile_spec
+
+    return f" (measured on {load_profile_spec(sc.cluster.calibration).measured_on})"
 
 
 def _pct(part: float, whole: float) -> str:
@@ -102,34 +114,34 @@ def _framework_rows(table: Table, sc: Any) -> None:
     ``generic``, with where it came from (the profile's name, or ``scenario``)."""
     settings = sc.framework_settings()
     label = sc.framework if sc.framework != "generic" else "generic (dtsim defaults)"
-    table.add_row("framework", label + (f": {len(settings)} setting(s) differ from generic" if settings else ""))
+    table.add_row("framework", safe(label) + (f": {len(settings)} setting(s) differ from generic" if settings else ""))
     from simulator.scenario import Scenario
     from simulator.scenario.framework import field_quantity
 
     for path, value, source in settings:
         quantity = field_quantity(Scenario, tuple(path.split(".")))
-        table.add_row("", f"{path} = {_plain(value, quantity)} ({source})")
+        table.add_row("", safe(f"{path} = {_plain(value, quantity)} ({source})"))
 
 
 def _print_summary(result: Any, sc: Any) -> None:
     par = sc.parallelism
-    title = f"{result.name}"
+    title = safe(result.name)
     table = Table(title=title, show_header=False, title_justify="left", min_width=72)
     table.add_column("metric", style="bold")
     table.add_column("value")
     cluster = sc.cluster
-    table.add_row("cluster", f"{cluster.n_nodes} x {cluster.node_type.name} = {result.world_size} x "
-                  f"{cluster.gpu_name} ({cluster.node_type.nics.transport if not cluster.fabric.transport else cluster.fabric.transport}, "
-                  f"{cluster.fabric.kind})")
+    transport = cluster.fabric.transport or cluster.node_type.nics.transport
+    table.add_row("cluster", safe(f"{cluster.n_nodes} x {cluster.node_type.name} = {result.world_size} x "
+                                  f"{cluster.gpu_name} ({transport}, {cluster.fabric.kind})"))
     layout = f"tp {par.tp} x pp {par.pp} x cp {par.cp} x dp {result.dp}, sharding {par.sharding}"
     if par.pp > 1:
         layout += f", {par.pipeline_schedule}" + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
-    table.add_row("layout", layout)
+    table.add_row("layout", safe(layout))
     _framework_rows(table, sc)
-    table.add_row("batch", f"micro-batch {sc.training.micro_batch} x {result.micro_batches} micro-batches x dp "
+    table.add_row("batch", safe(f"micro-batch {sc.training.micro_batch} x {result.micro_batches} micro-batches x dp "
                   f"{result.dp} = {result.global_batch} sequences of {sc.model.seq_len} tokens, {sc.training.precision}, "
-                  f"recompute {sc.training.recompute}")
-    table.add_row("model", f"{sc.model.label}: {result.params / 1e9:.2f} B parameters")
+                  f"recompute {sc.training.recompute}"))
+    table.add_row("model", safe(f"{sc.model.label}: {result.params / 1e9:.2f} B parameters"))
     table.add_row("step time", f"[bold]{units.format_time(result.step_time_s)}[/]")
     table.add_row("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s)")
     table.add_row("per GPU", f"{result.tflops_per_gpu:.1f} TFLOP/s model, {result.hardware_tflops_per_gpu:.1f} hardware; "
@@ -140,7 +152,7 @@ def _print_summary(result: Any, sc: Any) -> None:
                   f"(rank {mem.rank}) {verdict}; caching allocator: allocated "
                   f"{units.format_bytes(result.peak_allocated_bytes)}, reserved {units.format_bytes(result.peak_reserved_bytes)}")
     if result.oom_detail is not None:
-        table.add_row("", result.oom_detail.message)
+        table.add_row("", safe(result.oom_detail.message))
     table.add_row("", "params {} grads {} optimizer {} activations {} buffers {} other {}".format(
         *(units.format_bytes(v) for v in (mem.params_bytes, mem.grads_bytes, mem.optimizer_bytes,
                                            mem.activations_bytes, mem.buffers_bytes, mem.other_bytes))))
@@ -157,8 +169,8 @@ def _print_summary(result: Any, sc: Any) -> None:
     if b.idle_s > 0:
         table.add_row("  idle", f"{units.format_time(b.idle_s)}  {_pct(b.idle_s, step)}")
     for link in result.links[:3]:
-        table.add_row("busy link", f"{link.label}: {100 * link.utilisation:.0f}% of {link.kind} capacity")
-    table.add_row("calibration", result.calibration)
+        table.add_row("busy link", safe(f"{link.label}: {100 * link.utilisation:.0f}% of {link.kind} capacity"))
+    table.add_row("calibration", safe(result.calibration + _measured_on(sc)))
     table.add_row("engine", f"{result.engine['tasks']} tasks on {result.engine['simulated_ranks']} simulated ranks, "
                   f"{result.engine['network_entities']} transfers ({result.engine['network']} network, "
                   f"symmetry {result.engine['symmetry']})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator.cli.common import console, fail, guard
+from simulator.cli.common import check_output_dir, console, fail, guard, safe
 from simulator.cli.progress import sweep_progress
 from simulator.errors import ScenarioError
 
@@ -52,9 +53,10 @@ def search(
     guard(lambda: check_executor(executor))
     if objective not in ("throughput", "cost", "time-to-train"):
         fail(f"--objective {objective!r}: expected throughput, cost or time-to-train")
+    check_output_dir(out, "--out", inside=("cache",))
     base = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     budget = guard(lambda: _parse_count(tokens, "--tokens")) if tokens else None
-    node_counts = guard(lambda: tuple(int(_parse_count(n, "--nodes")) for n in nodes.split(","))) if nodes else None
+    node_counts = guard(lambda: tuple(_parse_node_count(n) for n in nodes.split(","))) if nodes else None
     guard(lambda: _check_node_counts(node_counts or (), base.cluster.gpus_in_node))  # news, not "0 layouts"
     table = guard(lambda: load_prices(prices))
     space = SearchSpace(nodes=node_counts, max_micro_batch=max_micro_batch)
@@ -81,7 +83,7 @@ def search(
         from simulator.sweep import atomic_write_text
 
         atomic_write_text(out / "search.json", json.dumps(_search_document(report), indent=1, default=str) + "\n")
-        console.print(f"search written to {out / 'search.json'}")
+        console.print(f"search written to {safe(out / 'search.json')}")
 
 
 def _parse_count(text: str, option: str) -> float:
@@ -94,24 +96,34 @@ def _parse_count(text: str, option: str) -> float:
         value = float(number) * factor
     except ValueError:
         raise ScenarioError(f"{option} {text!r}: expected a number such as 1.4T or 2e12") from None
+    if not math.isfinite(value):  # nan, inf, 1e999
+        raise ScenarioError(f"{option} {text!r}: must be a finite number")
     if value <= 0:
         raise ScenarioError(f"{option} {text!r}: must be positive")
     return value
+
+
+def _parse_node_count(text: str) -> int:
+    """One ``--nodes`` entry: a whole positive number (``16``, ``1k``)."""
+    value = _parse_count(text, "--nodes")
+    if value != int(value):
+        raise ScenarioError(f"--nodes {text!r}: a node count must be a whole number")
+    return int(value)
 
 
 def _print_search(report: Any, base: Any) -> None:
     from simulator.search import explain
 
     cluster = base.cluster
-    console.print(f"[bold]{base.model.label}[/] on {cluster.n_nodes} x {cluster.node_type.name} "
-                  f"({cluster.world_size} x {cluster.gpu_name}), global batch {base.training.global_batch} x "
-                  f"{base.model.seq_len} tokens, {base.training.precision}")
+    console.print(f"[bold]{safe(base.model.label)}[/] " + safe(
+        f"on {cluster.n_nodes} x {cluster.node_type.name} ({cluster.world_size} x {cluster.gpu_name}), global batch "
+        f"{base.training.global_batch} x {base.model.seq_len} tokens, {base.training.precision}"))
     console.print(f"{report.enumerated} layouts: {report.invalid} invalid, {report.over_memory} over memory "
                   f"(estimate), {report.bounded_out} unable to beat the top {len(report.ranked) or '-'} (bound)"
                   + (f", {report.capped} not reached (--max-estimates)" if report.capped else "")
                   + f"; {report.estimated} estimated from short runs ({report.simulated_oom} out of memory), "
                   f"{report.simulated} simulated whole, {report.wall_s:.0f} s", highlight=False)
-    table = Table(title=f"best by {report.objective}", title_justify="left")
+    table = Table(title=f"best by {safe(report.objective)}", title_justify="left")
     for col in ("#", "layout", "mb", "schedule", "sharding", "recompute", "step", "tokens/s", "MFU", "free mem",
                 "to train", "cost"):
         table.add_column(col, justify="left" if col in ("layout", "schedule", "sharding", "recompute") else "right",
@@ -122,8 +134,8 @@ def _print_search(report: Any, base: Any) -> None:
                                              else f"{lay.schedule} v={lay.virtual_stages}")
         sharding = lay.sharding if lay.shard_group_size is None else f"{lay.sharding} g={lay.shard_group_size}"
         cost = f"${ranked.cost_usd:,.0f}" if ranked.cost_usd is not None else "-"
-        table.add_row(str(i), f"tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp}", str(lay.micro_batch), schedule, sharding,
-                      ranked.candidate.recompute, f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
+        table.add_row(str(i), f"tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp}", str(lay.micro_batch), safe(schedule),
+                      safe(sharding), safe(ranked.candidate.recompute), f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
                       f"{100 * m['mfu']:.1f}%", f"{m['memory_headroom_bytes'] / 2**30:.1f} GiB",
                       f"{ranked.time_to_train_s / 86400:,.1f} d", cost)
     wide = console if console.is_terminal else Console(width=max(console.width, 132))
@@ -132,13 +144,13 @@ def _print_search(report: Any, base: Any) -> None:
                   + (" (20 per parameter, Hoffmann et al. 2022)" if report.tokens_default else ""), highlight=False)
     for node, price in report.prices.items():
         kind = "an ESTIMATE: bought, not rented" if price.kind == "estimate" else price.kind
-        console.print(f"cost: {node} at ${price.usd_per_hour:,.2f} per node-hour ({kind}, {price.date}; "
-                      f"{price.source})", highlight=False, soft_wrap=True)
+        console.print(safe(f"cost: {node} at ${price.usd_per_hour:,.2f} per node-hour ({kind}, {price.date}; "
+                           f"{price.source})"), highlight=False, soft_wrap=True)
     if not report.prices:
         console.print("cost: no price for this node type (pass --prices FILE)", highlight=False)
     console.print("[bold]why the best wins[/]")
     for line in explain(report):
-        console.print(f"  {line}", highlight=False, soft_wrap=True)
+        console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
 
 
 def _search_document(report: Any) -> dict[str, Any]:

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from simulator.cli.common import console, err_console, guard
+from simulator.cli.common import check_output_dir, console, err_console, guard, safe
 from simulator.cli.progress import sweep_progress
 
 __all__ = ["sweep"]
@@ -49,16 +48,17 @@ def sweep(
     from simulator.sweep.runner import INTERNAL_PREFIX
 
     guard(lambda: check_executor(executor))
+    out_dir = out if out is not None else Path("out") / sweep_file.stem
+    check_output_dir(out_dir, "--out", inside=("cache",))
     loaded = guard(lambda: load_sweep(sweep_file))
     points = guard(lambda: expand_sweep(loaded))
-    out_dir = out if out is not None else Path("out") / sweep_file.stem
     spec = loaded.spec
     invalid = sum(p.scenario is None for p in points)
     if points and invalid == len(points):  # nothing to run: say why, start no worker
         _no_result([{"fits": None, "error": p.error} for p in points], code=2)
     n_workers, capped = guard(lambda: bound_workers(workers, len(points) - invalid))
-    console.print(f"[bold]{_text(spec.name or sweep_file.stem)}[/]: {len(points)} points ({invalid} invalid), "
-                  f"executor {_text(executor)}, results in {_text(out_dir)}", highlight=False)
+    console.print(f"[bold]{safe(spec.name or sweep_file.stem)}[/]: {len(points)} points ({invalid} invalid), "
+                  f"executor {safe(executor)}, results in {safe(out_dir)}", highlight=False)
     if capped and executor in ("local", "dask-local", "ray"):  # the executors that start processes here
         console.print(capped, highlight=False)
 
@@ -72,7 +72,7 @@ def sweep(
     try:
         result = guard(run_all)
     except KeyboardInterrupt:
-        err_console.print(f"interrupted: finished points are kept in {_text(out_dir / 'cache')}; run the same command "
+        err_console.print(f"interrupted: finished points are kept in {safe(out_dir / 'cache')}; run the same command "
                           "again to resume", highlight=False)
         raise typer.Exit(130) from None
     meta = {"sweep_file": str(sweep_file), "base": str(loaded.base_path), "name": spec.name,
@@ -84,7 +84,7 @@ def sweep(
     console.print(f"{len(points)} points: {result.simulated} simulated, {result.cached} from cache, "
                   f"{result.failed} infeasible or failed, {result.wall_s:.1f} s")
     for path in (*paths, html):
-        console.print(f"  {_text(path)}", highlight=False)
+        console.print(f"  {safe(path)}", highlight=False)
     reasons = invalid_reasons(result.rows)
     if reasons and sum(n for _, n in reasons) == len(result.rows):
         internal = any(reason.startswith(INTERNAL_PREFIX) for reason, _ in reasons)
@@ -100,7 +100,7 @@ def _no_result(rows: list[Any], *, code: int) -> None:
     reasons = invalid_reasons(rows)
     what = "every point of the sweep is invalid" if code == 2 else "no point of the sweep has a result"
     if len(reasons) == 1:
-        err_console.print(f"[bold red]error:[/] {what}: {_text(reasons[0][0])}", highlight=False,
+        err_console.print(f"[bold red]error:[/] {what}: {safe(reasons[0][0])}", highlight=False,
                           soft_wrap=True)
     else:
         _print_reasons(f"error: {what}, for {len(reasons)} different reasons:", reasons)
@@ -108,20 +108,15 @@ def _no_result(rows: list[Any], *, code: int) -> None:
 
 
 def _print_reasons(title: str, reasons: list[tuple[str, int]]) -> None:
-    err_console.print(_text(title), highlight=False, soft_wrap=True)
+    err_console.print(safe(title), highlight=False, soft_wrap=True)
     for reason, count in reasons[:_REASONS_SHOWN]:
-        err_console.print(f"  {count} point{'s' if count != 1 else ''}: {_text(reason)}",
+        err_console.print(f"  {count} point{'s' if count != 1 else ''}: {safe(reason)}",
                           highlight=False, soft_wrap=True)
     if len(reasons) > _REASONS_SHOWN:
         rest = reasons[_REASONS_SHOWN:]
         err_console.print(f"  ... {len(rest)} more reasons ({sum(n for _, n in rest)} points): see results.csv",
                           highlight=False)
 
-
-def _text(value: Any) -> str:
-    """``value`` as text safe for rich: control characters (terminal escapes) written as
-    Python escapes, markup escaped."""
-    return escape("".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value)))
 
 
 def _write_scaling_html(rows: list[Any], path: Path, *, title: str, by_series: bool) -> None:

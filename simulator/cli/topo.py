@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from simulator import units
-from simulator.cli.common import cluster_spec, console, guard
+from simulator.cli.common import cluster_spec, console, guard, printable, safe
 from simulator.errors import ScenarioError
 
 __all__ = ["topo"]
@@ -41,28 +41,28 @@ def topo(
     cluster = guard(build)
     summary = summarize(cluster)
     spec = cluster.node_type
-    console.print(f"[bold]{summary.description}[/]")
-    console.print(f"{summary.gpus} GPUs ({cluster.gpu.full_name}, {units.format_bytes(cluster.gpu.memory_bytes)}, "
+    console.print(f"[bold]{safe(summary.description)}[/]")
+    console.print(f"{summary.gpus} GPUs ({safe(cluster.gpu.full_name)}, {units.format_bytes(cluster.gpu.memory_bytes)}, "
                   f"{units.format_rate(cluster.gpu.memory_bandwidth_bytes_per_s)} HBM) on {summary.nodes} node(s); "
                   f"{summary.switches} switches; {len(cluster.links)} directed links")
     table = Table(title="links (one direction)", title_justify="left")
     for col in ("kind", "tier", "count", "bandwidth each", "total"):
         table.add_column(col, justify="right" if col in ("count", "bandwidth each", "total") else "left")
     for g in summary.links:
-        table.add_row(g.kind, g.tier, str(g.count), units.format_rate(g.bandwidth_bytes_per_s),
+        table.add_row(safe(g.kind), safe(g.tier), str(g.count), units.format_rate(g.bandwidth_bytes_per_s),
                       units.format_rate(g.count * g.bandwidth_bytes_per_s))
     console.print(table)
     for line in summary.diagram:
-        console.print(line, highlight=False, markup=False)
+        console.print(printable(line), highlight=False, markup=False)
     scale_up = "NeuronLink" if cluster.node_type.intra_node.kind == "torus" else "NVLink"
     console.print(f"per-GPU injection: {scale_up} {units.format_rate(summary.nvlink_per_gpu_bytes_per_s)}, "
                   f"PCIe {units.format_rate(summary.pcie_per_gpu_bytes_per_s)}, network "
                   f"{units.format_rate(summary.network_per_gpu_bytes_per_s)} "
-                  f"({spec.nics.count} x {units.format_rate(spec.nics.bandwidth_bytes_per_s)} {spec.nics.transport} "
+                  f"({spec.nics.count} x {units.format_rate(spec.nics.bandwidth_bytes_per_s)} {safe(spec.nics.transport)} "
                   f"per node)")
     how = "max flow" if summary.bisection_exact else "estimate"
     console.print(f"bisection bandwidth: {units.format_rate(summary.bisection_bytes_per_s)} ({how}, one direction)")
-    console.print("sources: " + "; ".join(spec.sources), style="dim", soft_wrap=True)
+    console.print(safe("sources: " + "; ".join(spec.sources)), style="dim", soft_wrap=True)
 
 
 def _is_cluster_file(path: str) -> bool:

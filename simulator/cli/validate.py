@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from simulator.cli.common import console, err_console
+from simulator.cli.common import check_output_dir, check_output_file, console, err_console, safe
 
 __all__ = ["validate"]
 
@@ -28,6 +28,9 @@ def validate(
     from simulator.validation.report import SOURCE_NAMES, write_markdown
     from simulator.validation.runner import validate as run_validation
 
+    check_output_file(json_path, "--json")
+    if not no_docs:
+        check_output_dir(docs, "--docs")
     sources = set(source) if source else None
     total = sum(1 for r in load_records() if not sources or r.source in sources)
     with Progress(console=err_console, transient=True) as progress:
@@ -43,7 +46,7 @@ def validate(
             peak += f" ({100 * r.memory_error:+.1f}%)"
         if r.oom:
             peak += " [red]FALSE OOM[/]"
-        table.add_row(r.record.id, str(r.record.gpus), f"{r.record.measured_step_s:.3f}",
+        table.add_row(safe(r.record.id), str(r.record.gpus), f"{r.record.measured_step_s:.3f}",
                       f"{r.predicted_step_s:.3f}", f"[{colour}]{100 * r.error:+.1f}%[/]", peak)
     console.print(table)
     summary = result.summary()
@@ -92,7 +95,7 @@ def validate(
                                  "predicted_s": c.predicted_s, "error": c.error, "algorithm": c.algorithm}
                                 for c in result.comm]}
         json_path.write_text(json.dumps(data, indent=2))
-        console.print(f"results written to {json_path}")
+        console.print(f"results written to {safe(json_path)}")
     if not no_docs:
         path = write_markdown(result, docs)
-        console.print(f"report written to {path}")
+        console.print(f"report written to {safe(path)}")

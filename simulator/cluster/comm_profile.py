@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from simulator.catalog.profiles import COMM_OPS
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.routing import Router
@@ -58,7 +59,6 @@ from simulator.scenario.calibration import CommFit, load_profile_spec
 
 __all__ = ["CommOverride", "comm_override", "apply_comm_override", "apply_comm_profile", "COMM_OPS"]
 
-COMM_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 @dataclass(frozen=True)

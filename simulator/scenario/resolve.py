@@ -22,7 +22,7 @@ from simulator.errors import ScenarioError
 from simulator.safe_input import not_a_regular_file
 from simulator.yamlio import load_mapping, to_plain
 
-__all__ = ["catalog_in", "base_dir_in", "resolve_cluster", "is_resolved_cluster", "is_catalog_name"]
+__all__ = ["catalog_in", "base_dir_in", "resolve_cluster", "is_resolved_cluster", "is_catalog_name", "check_profile_device"]
 
 # keys of a resolved cluster mapping that hold specs rather than names
 RESOLVED_KEYS = ("node_type", "gpu_spec")
@@ -70,6 +70,18 @@ def _merge_topology_file(value: dict[str, Any], base: Path) -> dict[str, Any]:
     return {**data, **value, "topology": str(path), "fabric": {**file_fabric, **own_fabric}}
 
 
+def check_profile_device(profile: Any, path: str, gpu: str, other_device: bool) -> None:
+    """A measured profile describes the device it was measured on: refuse it for a cluster of
+    another GPU unless ``cluster.calibration_other_device`` says the user means it (a CPU
+    profile on a GPU cluster answers "what would this job take on my CPU", not a GPU's time)."""
+    if other_device or profile.gpu == gpu:
+        return
+    fix = (f"if the cluster's GPUs are {profile.gpu}, set cluster.gpu: {profile.gpu}; " if profile.gpu else "")
+    raise ScenarioError(f"the profile {Path(path).name} was measured on {profile.measured_on}, not on the cluster's "
+                        f"GPU {gpu}; {fix}to apply it to {gpu} anyway, set cluster.calibration_other_device: true",
+                        field="cluster.calibration")
+
+
 def resolve_cluster(value: Any, catalog: Catalog, base_dir: Path | None = None) -> Any:
     """The cluster mapping ``value`` with its cluster file merged in, paths made absolute, and
     the node type and GPU looked up (``node_type``, ``gpu_spec``); errors name the field.
@@ -107,4 +119,7 @@ def resolve_cluster(value: Any, catalog: Catalog, base_dir: Path | None = None) 
     if problem is not None:
         what = "not found" if problem == "no such file" else f"cannot be read: {problem}"
         raise ScenarioError(f"calibration profile {calibration!r} {what}", field="cluster.calibration")
+    if isinstance(calibration, str):
+        check_profile_device(catalog.profile(calibration), calibration, gpu_spec.name,
+                             value.get("calibration_other_device") is True)
     return {**value, "node_type": node_type, "gpu_spec": gpu_spec}

@@ -77,7 +77,11 @@ class ClusterSpec(Frozen):
     nodes: PositiveInt | None = Field(None, description="number of nodes (required)")
     gpu: str | None = Field(None, description="override the node's GPU type")
     gpus_per_node: PositiveInt | None = Field(None, description="use only this many GPUs of each node")
-    calibration: str | None = Field(None, description="compute/communication profile YAML (dtsim calibrate)")
+    calibration: str | None = Field(None, description="compute/communication profile YAML (dtsim calibrate); "
+                                   "refused unless measured on the cluster's GPU (see calibration_other_device)")
+    calibration_other_device: bool = Field(
+        False, description="apply a calibration profile measured on another device than the cluster's GPU "
+        "(e.g. a CPU profile, to see the job on that CPU)")
     fabric: SerializeAsAny[FabricSpec] = Field(default_factory=FatTreeFabric)
     topology: str | None = Field(None, description="a cluster file holding these same keys instead")
 
