@@ -47,6 +47,7 @@ class GuardedComposer(Composer):
         self._aliases = 0
         self._size: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded values, expanded depth)
         self._limits = {name: limits.get(name) for name in ("yaml_aliases", "yaml_nodes", "yaml_depth")}
+        self._bad_numbers: dict[int, str] = {}  # id(scalar node) -> why; reported with its field once composed
 
     def _fail(self, message: str, mark: Any) -> None:
         raise ScenarioError(message, line=mark.line + 1 if mark is not None else None)
@@ -98,16 +99,50 @@ class GuardedComposer(Composer):
         self._size[id(node)] = (total, depth)
 
     def _check_number(self, node: Any) -> None:
+        """Note a non-finite float or an over-long integer; :meth:`compose_document` reports the
+        first one with its line and field path (the path is known only once the document is)."""
         tag = str(getattr(node.tag, "value", node.tag) or "")
         text = str(node.value)
         if tag.endswith(":float"):
+            finite = True
             with contextlib.suppress(ValueError):
-                if not math.isfinite(float(text.replace("_", ""))):
-                    self._fail(f"{text!r} is not a finite number", node.start_mark)
-            if text.lower().lstrip("+-") in (".inf", ".nan"):
-                self._fail(f"{text!r} is not a finite number", node.start_mark)
+                finite = math.isfinite(float(text.replace("_", "")))
+            if not finite or text.lower().lstrip("+-") in (".inf", ".nan"):
+                self._bad_numbers[id(node)] = f"{text!r} is not a finite number"
         elif tag.endswith(":int") and len(text.lstrip("+-").replace("_", "")) > 30:
-            self._fail(f"integer {text[:20]}... has {len(text)} digits: too large for any field", node.start_mark)
+            self._bad_numbers[id(node)] = f"integer {text[:20]}... has {len(text)} digits: too large for any field"
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if self._bad_numbers:
+            found = _first_marked(node, self._bad_numbers)
+            if found is not None:
+                path, bad = found
+                raise ScenarioError(self._bad_numbers[id(bad)], field=path or None, line=bad.start_mark.line + 1)
+        return node
+
+
+def _first_marked(root: Any, marked: dict[int, str]) -> tuple[str, Any] | None:
+    """The dotted path (``a.b[1]``) and node of the first node of ``root`` in ``marked``, walked
+    iteratively in document order (a document may be nested to the depth limit)."""
+    stack: list[tuple[str, Any]] = [("", root)]
+    seen: set[int] = set()
+    while stack:
+        path, node = stack.pop()
+        if id(node) in marked:
+            return path, node
+        if id(node) in seen:  # an alias: the same node again
+            continue
+        seen.add(id(node))
+        if isinstance(node, SequenceNode):
+            stack += [(f"{path}[{i}]", child) for i, child in reversed(list(enumerate(node.value)))]
+        elif isinstance(node, MappingNode):
+            items = []
+            for key, value in node.value:
+                name = str(key.value)
+                items += [(path, key), (f"{path}.{name}" if path else name, value)]
+            stack += reversed(items)
+    return None
 
 
 def read_text(path: Path | str, *, expected: str = "a YAML file") -> str:

@@ -9,6 +9,8 @@ either. Sizes: ``-b/-e/-i`` exactly as nccl-tests' ``parsesize``; ``--sizes STAR
 
 from __future__ import annotations
 
+import math
+
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,7 +56,15 @@ def resolve_collective(positional: str | None, op: str | None, dtype: str) -> tu
 
 
 def _dtsim_size(text: str) -> int:
-    return parse_size(text, "sizes") if _BARE.match(text) else int(units.parse_bytes(text))
+    if _BARE.match(text):
+        return parse_size(text, "sizes")
+    try:
+        size = units.parse_bytes(text)
+    except units.UnitError as exc:
+        raise ScenarioError(f"--sizes {text!r}: {exc}") from None
+    if not math.isfinite(size) or size < 0:
+        raise ScenarioError(f"--sizes {text!r}: a size is a finite number of bytes >= 0")
+    return int(size)
 
 
 def resolve_sizes(sizes: str | None, minbytes: str | None, maxbytes: str | None, stepbytes: str | None,
