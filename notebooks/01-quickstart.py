@@ -29,8 +29,10 @@ from pathlib import Path
 import simulator
 from simulator.viz.breakdown import breakdown_figure
 from simulator.viz.memory import memory_figure
+from simulator.viz.static import StaticFigures
 
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent
+figures = StaticFigures(ROOT / "notebooks" / "figures", prefix="01-quickstart")
 print(ROOT / "scenarios" / "quickstart.yaml")
 print((ROOT / "scenarios" / "quickstart.yaml").read_text())
 
@@ -75,10 +77,10 @@ print(f"\nDDP's gradient all-reduce is in flight for {b.comm_s['dp'] * 1e3:.1f} 
       f"{hidden:.0%} of it is hidden behind the backward pass.")
 
 # %%
-breakdown_figure(result)
+figures.add("breakdown", breakdown_figure(result))
 
 # %%
-memory_figure(sim)
+figures.add("memory", memory_figure(sim))
 
 # %% [markdown]
 # ## Change one field and compare
@@ -117,3 +119,17 @@ print(f"p5.48xlarge is {base.step_time_s / p5.step_time_s:.2f}x faster per step 
 #   same figures as an HTML report and a trace for https://ui.perfetto.dev.
 # * `02-scaling-curves` sweeps cluster sizes, `03-where-time-goes` opens a 3D-parallel run,
 #   `04-calibrate` measures this machine, `05-network-what-ifs` changes the network.
+
+# %% [markdown]
+# ## Static copies of the figures
+#
+# The interactive figures above need JavaScript. The cell below also writes them as PNG
+# images to `notebooks/figures/` when Kaleido (`kaleido>=1`, in the `notebooks` extra) and a
+# Chrome or Chromium are available, and otherwise prints why it wrote none; GitHub and
+# nbconvert show the copies below.
+#
+# ![Time breakdown per rank](figures/01-quickstart-breakdown.png)
+# ![Memory over the step (GiB)](figures/01-quickstart-memory.png)
+
+# %%
+figures.save()

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -29,8 +31,10 @@ from pathlib import Path
 
 from simulator.sweep import expand_sweep, feasible_rows, load_sweep, open_executor, run_sweep
 from simulator.viz.scaling import scaling_figure
+from simulator.viz.static import StaticFigures
 
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent
+figures = StaticFigures(ROOT / "notebooks" / "figures", prefix="02-scaling-curves")
 SWEEP = ROOT / "scenarios" / "sweeps" / "gpt3-13b-p4d-p5-scaling.yaml"
 print(SWEEP.read_text())
 
@@ -69,7 +73,8 @@ for node in ("p4d.24xlarge", "p5.48xlarge"):
 
 # %%
 feasible = feasible_rows(run.rows)
-scaling_figure(feasible, series_key="series", title="GPT-3 13B weak scaling, 4 sequences per GPU")
+figures.add("scaling", scaling_figure(feasible, series_key="series",
+                                      title="GPT-3 13B weak scaling, 4 sequences per GPU"))
 
 # %%
 table = {}
@@ -101,3 +106,16 @@ print(f"At 16 nodes p5 delivers {p5_mics['tokens_per_s'] / p4d_mics['tokens_per_
 #   interrupted sweep resumes from its cache.
 # * `dtsim search SCENARIO` searches the parallel layouts (tp, pp, cp, sharding, micro-batch,
 #   recompute) for the fastest or cheapest one.
+
+# %% [markdown]
+# ## Static copies of the figures
+#
+# The interactive figures above need JavaScript. The cell below also writes them as PNG
+# images to `notebooks/figures/` when Kaleido (`kaleido>=1`, in the `notebooks` extra) and a
+# Chrome or Chromium are available, and otherwise prints why it wrote none; GitHub and
+# nbconvert show the copies below.
+#
+# ![Throughput and scaling efficiency against GPUs](figures/02-scaling-curves-scaling.png)
+
+# %%
+figures.save()

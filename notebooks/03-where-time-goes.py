@@ -32,9 +32,11 @@ import simulator
 from simulator.viz.breakdown import breakdown_figure
 from simulator.viz.links import link_heatmap_figure, top_links_figure
 from simulator.viz.memory import memory_figure
+from simulator.viz.static import StaticFigures
 from simulator.viz.timeline import timeline_figure
 
 ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent
+figures = StaticFigures(ROOT / "notebooks" / "figures", prefix="03-where-time-goes")
 SCENARIO = ROOT / "scenarios" / "gpt3-175b-3d-dgx-a100.yaml"
 scenario = simulator.load_scenario(SCENARIO)
 sim = simulator.run_simulation(scenario, record_series=True)  # record link loads over time for the heatmap
@@ -50,7 +52,7 @@ print(f"{result.name}: step {result.step_time_s:.2f} s, {result.tflops_per_gpu:.
 # compute did not hide, the pipeline bubble and idle time.
 
 # %%
-breakdown_figure(result)
+figures.add("breakdown", breakdown_figure(result))
 
 # %%
 b = result.breakdown
@@ -72,7 +74,7 @@ print(f"\nThe tensor-parallel all-reduces on NVSwitch are the largest communicat
 # staircase at both ends; `dtsim run ... --trace out.json.gz` writes the same for Perfetto.
 
 # %%
-timeline_figure(sim, max_ranks=4)
+figures.add("timeline", timeline_figure(sim, max_ranks=4))
 
 # %% [markdown]
 # ## Memory over the step
@@ -81,7 +83,7 @@ timeline_figure(sim, max_ranks=4)
 # memory peaks highest; full recomputation keeps only each layer's input.
 
 # %%
-memory_figure(sim)
+figures.add("memory", memory_figure(sim))
 
 # %%
 for m in result.memory:
@@ -95,10 +97,10 @@ for m in result.memory:
 # parameter all-gather at the end of the step.
 
 # %%
-top_links_figure(sim)
+figures.add("top-links", top_links_figure(sim))
 
 # %%
-link_heatmap_figure(sim, max_links=16)
+figures.add("link-heatmap", link_heatmap_figure(sim, max_links=16))
 
 # %% [markdown]
 # ## Micro-batches against the bubble
@@ -132,4 +134,22 @@ fig.add_scatter(x=[r[0] for r in rows], y=[100 * r[2] for r in rows], mode="line
                 line={"dash": "dash"})
 fig.update_layout(title="Pipeline bubble against micro-batches (pp = 8)", xaxis={"title": "micro-batches m",
                   "type": "log"}, yaxis={"title": "bubble (% of step)"})
-fig
+figures.add("bubble", fig)
+
+# %% [markdown]
+# ## Static copies of the figures
+#
+# The interactive figures above need JavaScript. The cell below also writes them as PNG
+# images to `notebooks/figures/` when Kaleido (`kaleido>=1`, in the `notebooks` extra) and a
+# Chrome or Chromium are available, and otherwise prints why it wrote none; GitHub and
+# nbconvert show the copies below.
+#
+# ![Time breakdown per rank](figures/03-where-time-goes-breakdown.png)
+# ![Timeline of one step](figures/03-where-time-goes-timeline.png)
+# ![Memory over the step (GiB)](figures/03-where-time-goes-memory.png)
+# ![Busiest links](figures/03-where-time-goes-top-links.png)
+# ![Link utilisation over the step](figures/03-where-time-goes-link-heatmap.png)
+# ![Pipeline bubble against micro-batches](figures/03-where-time-goes-bubble.png)
+
+# %%
+figures.save()

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -35,12 +37,15 @@ import plotly.graph_objects as go
 import simulator
 from simulator.calibrate import CalibrationOptions, run_calibration, write_profile
 from simulator.scenario.calibration import builtin_profile_path, load_profile_spec
+from simulator.viz.static import StaticFigures
 
 if importlib.util.find_spec("torch") is None:
     raise SystemExit("this notebook needs PyTorch: pip install torch==2.13.0 && pip install 'dtsim[calibrate]'")
 import torch
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
+figures = StaticFigures((Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent) / "notebooks"
+                        / "figures", prefix="04-calibrate")
 print(f"torch {torch.__version__}, calibrating {device}")
 
 # %%
@@ -96,9 +101,10 @@ fig.add_scatter(x=[10**x for x in curve["log10_flops"]], y=curve["efficiency"], 
 ref = builtin.gemm["bf16"]
 fig.add_scatter(x=[10**x for x in ref.log10_flops], y=ref.efficiency, mode="lines", name="built-in: A100 80GB bf16",
                 line={"dash": "dash"})
-fig.update_layout(title="GEMM efficiency against size", xaxis={"title": "FLOPs per GEMM", "type": "log"},
+fig.update_layout(title="GEMM efficiency against size",
+                  xaxis={"title": "FLOP per GEMM (2 m n k; decimal prefixes: 1G = 1e9)", "type": "log"},
                   yaxis={"title": "fraction of peak", "range": [0, 1.05]})
-fig
+figures.add("gemm-efficiency", fig)
 
 # %% [markdown]
 # ## Using the profile in a simulation
@@ -136,3 +142,17 @@ print(f"\nWith this {device}'s kernels the same GPT-3 125M step takes {measured.
 # `--comm N` fits collectives over N local GPUs with NCCL, which then rescale the
 # intra-node links. The profile records the device, driver, torch version and every raw
 # measurement in its metadata.
+
+# %% [markdown]
+# ## Static copies of the figures
+#
+# The interactive figures above need JavaScript. The cell below also writes them as PNG
+# images to `notebooks/figures/` when Kaleido (`kaleido>=1`, in the `notebooks` extra) and a
+# Chrome or Chromium are available, and otherwise prints why it wrote none; GitHub and
+# nbconvert show the copies below. The measured curve is that of the machine that last ran this
+# notebook.
+#
+# ![GEMM efficiency against size](figures/04-calibrate-gemm-efficiency.png)
+
+# %%
+figures.save()

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -25,9 +27,17 @@
 # variant changes only `cluster.fabric` fields of the same scenario.
 
 # %%
+from pathlib import Path
+
 import plotly.graph_objects as go
 
 import simulator
+from simulator.costs.collectives import bus_bandwidth_factor
+from simulator.viz.collective import bus_bandwidth_figure
+from simulator.viz.static import StaticFigures
+
+ROOT = Path.cwd() if (Path.cwd() / "scenarios").is_dir() else Path.cwd().parent
+figures = StaticFigures(ROOT / "notebooks" / "figures", prefix="05-network-what-ifs")
 
 BASE = {
     "name": "GPT-3 13B ZeRO-3 on 16 x p4d.24xlarge",
@@ -91,8 +101,10 @@ fig = go.Figure()
 fig.add_scatter(x=list(by_bandwidth), y=[r.tokens_per_s for r in by_bandwidth.values()], mode="lines+markers",
                 name="tokens/s")
 fig.update_layout(title="GPT-3 13B ZeRO-3, 128 A100: throughput against network bandwidth per node",
-                  xaxis={"title": "Gb/s per node", "type": "log"}, yaxis={"title": "tokens/s", "rangemode": "tozero"})
-fig
+                  xaxis={"title": "network bandwidth per node (Gb/s, 1 Gb/s = 1e9 bit/s)", "type": "log",
+                         "tickvals": list(by_bandwidth), "ticktext": [f"{g:g}" for g in by_bandwidth]},
+                  yaxis={"title": "tokens/s", "rangemode": "tozero"})
+figures.add("bandwidth", fig)
 
 # %% [markdown]
 # ## Oversubscribed fabrics
@@ -131,13 +143,25 @@ clusters = {
     "2 x p4d TCP": {"node": "p4d.24xlarge", "nodes": 2, "fabric": {"transport": "ethernet-tcp"}},
     "2 x p5 EFA (3200 Gb/s)": {"node": "p5.48xlarge", "nodes": 2},
 }
-fig = go.Figure()
+curves = {}
 for name, cluster in clusters.items():
-    n = 16
-    busbw = [s / simulator.simulate_collective(cluster=cluster, op="all_reduce", nbytes=s) * 2 * (n - 1) / n / 1e9
-             for s in sizes]
-    fig.add_scatter(x=sizes, y=busbw, mode="lines+markers", name=name)
+    factor = bus_bandwidth_factor("all_reduce", 16)  # 2 (n - 1) / n, as nccl-tests
+    curves[name] = [(s, s / simulator.simulate_collective(cluster=cluster, op="all_reduce", nbytes=s) * factor)
+                    for s in sizes]
+    busbw = [bw / 1e9 for _, bw in curves[name]]
     print(f"{name:<24} all-reduce bus bandwidth: 1 MiB {busbw[0]:6.1f} GB/s, 1 GiB {busbw[-1]:6.1f} GB/s")
-fig.update_layout(title="all-reduce bus bandwidth over 16 GPUs", xaxis={"title": "message bytes", "type": "log"},
-                  yaxis={"title": "bus bandwidth (GB/s)"})
-fig
+figures.add("busbw", bus_bandwidth_figure(curves, title="all-reduce bus bandwidth over 16 GPUs"))
+
+# %% [markdown]
+# ## Static copies of the figures
+#
+# The interactive figures above need JavaScript. The cell below also writes them as PNG
+# images to `notebooks/figures/` when Kaleido (`kaleido>=1`, in the `notebooks` extra) and a
+# Chrome or Chromium are available, and otherwise prints why it wrote none; GitHub and
+# nbconvert show the copies below.
+#
+# ![Throughput against network bandwidth per node](figures/05-network-what-ifs-bandwidth.png)
+# ![All-reduce bus bandwidth against message size](figures/05-network-what-ifs-busbw.png)
+
+# %%
+figures.save()

@@ -38,6 +38,7 @@ __all__ = [
     "parse_flops",
     "parse_flop_rate",
     "parse_quantity",
+    "quantity_pattern",
     "format_bytes",
     "format_rate",
     "format_time",
@@ -181,6 +182,28 @@ _PARSERS: Final = {
 def parse_quantity(text: str | float | int, kind: str) -> float:
     """Parse ``text`` as a quantity of ``kind`` (bytes, rate, time, flops, flop_rate)."""
     return _PARSERS[kind](text)
+
+
+# what each parser accepts: its base units and which prefix tables (small, IEC) apply
+_DIMENSIONS: Final = {
+    "size": (_BYTE_UNITS, False, True),
+    "rate": (_RATE_UNITS, False, True),
+    "time": (_TIME_UNITS, True, False),
+    "flops": (_FLOP_UNITS, False, False),
+    "flop rate": (_FLOP_RATE_UNITS, False, False),
+}
+
+
+def quantity_pattern(dimension: str) -> str:
+    """A regular expression (Python and ECMA-262 alike) matching exactly the strings the parser of
+    ``dimension`` (size, rate, time, flops, flop rate) reads: a number, then optionally one of its
+    units with an accepted prefix (``"400Gbps"``, ``"80 GiB"``, ``"2us"``). For JSON Schema."""
+    units, small, iec = _DIMENSIONS[dimension]
+    tables = [*([_IEC] if iec else []), _SI, *([_SMALL] if small else [])]
+    prefixes = sorted({p for table in tables for p in table if p}, key=lambda p: (-len(p), p))
+    bases = sorted(units, key=lambda u: (-len(u), u))
+    unit = f"(?:{'|'.join(prefixes)})?(?:{'|'.join(re.escape(u) for u in bases)})"
+    return rf"^\s*{_NUMBER}\s*(?:{unit})?\s*$"
 
 
 # ----------------------------------------------------------------------------------------

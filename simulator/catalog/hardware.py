@@ -76,8 +76,12 @@ class GpuSpec(Frozen):
 
 
 class IntraNodeSpec(Frozen):
-    kind: Literal["nvswitch", "nvlink-mesh", "pcie", "torus"]
-    nvls: bool = False
+    """How the GPUs of a node are connected."""
+
+    kind: Literal["nvswitch", "nvlink-mesh", "pcie", "torus"] = Field(
+        description="nvswitch: every GPU's NVLinks on NVSwitches; nvlink-mesh: GPU-to-GPU NVLink bricks "
+        "(nvlink_pairs); pcie: through PCIe switches and CPUs only; torus: a device-to-device grid (dims)")
+    nvls: bool = Field(False, description="the NVSwitches do NVLink SHARP (in-switch reduction)")
     link_bandwidth_bytes_per_s: Rate | None = Field(
         None, alias="link_bandwidth",
         description="nvlink-mesh: one NVLink brick, one direction; torus: one device-to-device link, one direction",
@@ -92,9 +96,12 @@ class IntraNodeSpec(Frozen):
 
 
 class PcieSpec(Frozen):
-    generation: int = Field(ge=3, le=6)
+    """The PCIe tree of a node (x16 links of the generation's rate)."""
+
+    generation: int = Field(ge=3, le=6, description="PCIe generation (3: 15.75 GB/s, 4: 31.5 GB/s, 5: 63 GB/s per "
+                            "x16 link and direction)")
     switches: int = Field(ge=0, description="PCIe switches; 0 = GPUs and NICs hang off the CPU root ports")
-    cpu_sockets: int = Field(1, ge=1)
+    cpu_sockets: int = Field(1, ge=1, description="CPU sockets (PCIe root complexes)")
 
     @property
     def x16_bytes_per_s(self) -> float:
@@ -102,9 +109,11 @@ class PcieSpec(Frozen):
 
 
 class NicSpec(Frozen):
-    count: int = Field(ge=1)
+    """The scale-out NICs of a node."""
+
+    count: int = Field(ge=1, description="NICs per node")
     bandwidth_bytes_per_s: Rate = Field(alias="bandwidth", description="one NIC, one direction")
-    transport: TransportKind
+    transport: TransportKind = Field(description="the transport the NICs speak (topologies/transports.yaml)")
     efficiency: Fraction | None = Field(
         None, description="this node's NICs reach a different fraction of line rate than the transport's default "
         "(e.g. an older NIC generation)")
@@ -122,18 +131,22 @@ class NicSpec(Frozen):
 
 
 class NodeTypeSpec(Frozen):
-    name: str
-    description: str = ""
-    vendor: str = ""
-    gpu: str
-    gpus: int = Field(ge=1)
-    intra_node: IntraNodeSpec
-    pcie: PcieSpec
-    nics: NicSpec
-    host_memory_bytes: Bytes | None = Field(None, alias="host_memory")
-    host_memory_bandwidth_bytes_per_s: Rate | None = Field(None, alias="host_memory_bandwidth")
-    cpu_cores: int | None = None
-    sources: list[str] = Field(min_length=1)
+    """A node type: its GPUs, their interconnect, PCIe, NICs and host."""
+
+    name: str = Field(description="the node type's name (what cluster.node gives)")
+    description: str = Field("", description="free text")
+    vendor: str = Field("", description="free text, e.g. AWS, NVIDIA")
+    gpu: str = Field(description="GPU type (topologies/gpus.yaml)")
+    gpus: int = Field(ge=1, description="GPUs per node")
+    intra_node: IntraNodeSpec = Field(description="how the GPUs are connected")
+    pcie: PcieSpec = Field(description="the PCIe tree")
+    nics: NicSpec = Field(description="the scale-out NICs")
+    host_memory_bytes: Bytes | None = Field(None, alias="host_memory", description="host DRAM")
+    host_memory_bandwidth_bytes_per_s: Rate | None = Field(
+        None, alias="host_memory_bandwidth",
+        description="host DRAM bandwidth; default: 204.8 GB/s per CPU socket (8 channels of DDR4-3200)")
+    cpu_cores: int | None = Field(None, description="CPU cores (informative)")
+    sources: list[str] = Field(min_length=1, description="where every number above comes from")
 
     @field_validator("intra_node")
     @classmethod

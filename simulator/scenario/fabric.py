@@ -81,26 +81,26 @@ class _LeafSpineFields(FabricBase):
 class FatTreeFabric(_LeafSpineFields):
     """fat-tree: leaf/spine Clos, every NIC of a node on its leaf (the default)."""
 
-    kind: Literal["fat-tree"] = "fat-tree"
+    kind: Literal["fat-tree"] = Field("fat-tree", description="the fabric model; a fabric without kind is a fat tree")
 
 
 class RailOptimizedFabric(_LeafSpineFields):
     """rail-optimized: NIC i of every node on rail-leaf i; spines join the rails."""
 
-    kind: Literal["rail-optimized"]
+    kind: Literal["rail-optimized"] = Field(description="the fabric model")
 
 
 class SingleSwitchFabric(FabricBase):
     """single-switch: every NIC on one non-blocking switch (small clusters, idealised fabrics)."""
 
-    kind: Literal["single-switch"]
+    kind: Literal["single-switch"] = Field(description="the fabric model")
 
 
 class TorusFabric(FabricBase):
     """torus: nodes at the points of a 2D or 3D grid, each linked to its neighbours along every
     dimension with wraparound; NICs attach to their node's torus router; dimension-order routing."""
 
-    kind: Literal["torus"]
+    kind: Literal["torus"] = Field(description="the fabric model")
     dims: tuple[PositiveInt, ...] = Field(
         min_length=2, max_length=3, description="nodes along each dimension, e.g. [4, 4]; the product is cluster.nodes"
     )

@@ -32,7 +32,8 @@ class ModelSpec(Frozen):
     seq_len: PositiveInt = Field(description="sequence length s in tokens")
     vocab: PositiveInt = Field(description="vocabulary size V")
     mlp: Literal["gelu", "swiglu"] = Field("gelu", description="gelu: 2 matrices; swiglu: 3 (gate, up, down)")
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    norm: Literal["layernorm", "rmsnorm"] = Field(
+        "layernorm", description="layernorm: scale and shift (2 x hidden parameters); rmsnorm: scale only")
     position_embedding: Literal["learned", "rotary"] = Field(
         "learned", description="learned: a seq_len x hidden table; rotary: no parameters"
     )

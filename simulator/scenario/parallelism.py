@@ -96,7 +96,8 @@ class FsdpOptions(Frozen):
 
     reshard_after_forward: bool = Field(True, description="True: FULL_SHARD; False: SHARD_GRAD_OP")
     backward_prefetch: Literal["pre", "post", "none"] = Field("pre", description="BackwardPrefetch.BACKWARD_PRE default")
-    forward_prefetch: bool = False
+    forward_prefetch: bool = Field(False, description="FSDP forward_prefetch; no effect here: the simulated CPU "
+                                   "already issues the next unit's forward all-gather one unit ahead")
     limit_all_gathers: bool = Field(True, description="rate limiter: at most two FSDP units' parameters in flight")
     reduce_every_microbatch: bool = Field(
         True, description="True: each unit's gradient is reduce-scattered after every micro-batch's backward; False "
@@ -131,7 +132,9 @@ class ParallelismSpec(Frozen):
         "input for its weight gradient: false = its 1/tp shard, all-gathered again in the backward (Megatron, "
         "Korthikanti et al. 2022); true = the gathered tensor itself (PyTorch DTensor tensor parallelism, e.g. "
         "torchtitan: autograd saves the matmul's gathered input)")
-    pipeline_schedule: PipelineSchedule = "1f1b"
+    pipeline_schedule: PipelineSchedule = Field(
+        "1f1b", description="gpipe (all forwards, then all backwards) | 1f1b (one forward, one backward) | "
+        "interleaved (1F1B over virtual_stages model chunks per rank)")
     virtual_stages: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved only)")
     stage_layers: list[PositiveInt] | None = Field(
         None, description="explicit layers per (virtual) pipeline stage, first to last; default: even split"

@@ -153,7 +153,7 @@ def hardware_node_name(value: str, key: str) -> bool:
 class Scenario(Frozen):
     """One training job on one cluster: the input of :func:`simulator.simulate`."""
 
-    name: str | None = None
+    name: str | None = Field(None, description="free text naming the run in the summary, report and traces")
     framework: Framework = Field(
         GENERIC, description="the training framework whose defaults apply (topologies/frameworks/<name>.yaml, each "
         "value cited there): generic (dtsim's defaults) | megatron-core | nemo | megatron-lm | deepspeed | "

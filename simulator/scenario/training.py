@@ -19,6 +19,8 @@ Recompute = Literal["none", "selective", "selective-op", "full"]
 
 
 class TrainingSpec(Frozen):
+    """What one training step does: batch, precision, recomputation, attention kernel, optimizer, host costs."""
+
     micro_batch: PositiveInt = Field(1, description="sequences per micro-batch per data-parallel rank (default 1)")
     global_batch: PositiveInt = Field(description="sequences per iteration, all data-parallel ranks together")
     precision: Precision = Field("bf16", description="compute precision; fp16/bf16/fp8 use fp32 master weights")
@@ -70,11 +72,13 @@ class TrainingSpec(Frozen):
 
 
 class SimSpec(Frozen):
+    """How the simulation runs: the network model, rank symmetry, the routing seed, the overlap slowdown."""
+
     network: Literal["flow", "analytical"] = Field(
         "flow", description="flow: max-min fair flows with contention; analytical: closed-form alpha-beta"
     )
     symmetry: Literal["auto", "off"] = Field("auto", description="auto: simulate identical ranks once")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, description="seed of the hashed multipath routing (ECMP flow placement)")
     overlap_slowdown: float | None = Field(
         None, ge=0, description="compute slows by this fraction while a collective of the same GPU is in flight; "
         "default: the measured average in topologies/nccl.yaml (0 = ideal overlap)")
