@@ -180,13 +180,12 @@ def test_nemo_profile_runs_megatron_core_underneath():
 def test_settings_with_a_unit_print_with_it():
     """``ddp.bucket_size`` is a size: Megatron's 40,000,000 fp32 elements = 160,000,000 B =
     160e6 / 2**20 = 152.6 MiB; element counts (``zero.reduce_bucket_size``) say so; flags stay plain."""
-    from simulator.cli.run import _plain
     from simulator.scenario import Scenario
-    from simulator.scenario.framework import field_quantity
+    from simulator.scenario.framework import field_quantity, format_setting
 
     assert field_quantity(Scenario, ("parallelism", "ddp", "bucket_size")) == "size"
     assert field_quantity(Scenario, ("parallelism", "zero", "reduce_bucket_size")) == "elements"
     assert field_quantity(Scenario, ("parallelism", "tp")) is None
-    assert _plain(160_000_000.0, "size") == "152.6 MiB"
-    assert _plain(40_000_000, "elements") == "40,000,000 elements" and _plain(8, None) == "8"
-    assert _plain(False) == "false"
+    assert format_setting(160_000_000.0, "size") == "152.6 MiB"
+    assert format_setting(40_000_000, "elements") == "40,000,000 elements" and format_setting(8, None) == "8"
+    assert format_setting(False) == "false"

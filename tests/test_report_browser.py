@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import simulator
-from simulator.viz.report import write_report
+from simulator.viz.report import effective_settings, write_report
 
 pytestmark = pytest.mark.browser
 
@@ -51,6 +51,7 @@ window.addEventListener('load', function () {
       bars: count('.barlayer .point'),
       heatmap_images: count('.heatmaplayer image'),
       scatter_traces: count('.scatterlayer .trace'),
+      settings_rows: count('table.settings tr'),
     });
     document.body.appendChild(pre);
   }, 1000);
@@ -106,7 +107,8 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
     bars_expected = len(result.rows) + len(result.result.links[:10])  # timeline tasks + busiest links ...
     assert probe["bars"] >= bars_expected  # ... + the breakdown's stacked parts
     assert probe["heatmap_images"] == 1
-    assert probe["scatter_traces"] >= len(result.result.memory)  # memory stacks, one panel per rank
+    assert probe["scatter_traces"] >= len(result.result.memory)  # memory: a line per stage, a rank's stack
+    assert probe["settings_rows"] == 1 + len(effective_settings(result.result, sc))  # header + one per setting
     console = [line for line in stderr.splitlines() if ":CONSOLE" in line]
     assert not [line for line in console if "Uncaught" in line or "console.error" in line], console
 

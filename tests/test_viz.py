@@ -61,12 +61,13 @@ def test_timeline_has_a_bar_per_task_and_lanes(synthetic: Any) -> None:
     fig = timeline_figure(synthetic)
     bars = {t.name: t for t in fig.data}
     assert sum(len(t.x) for t in fig.data) == len(synthetic.rows)
-    assert list(bars["dp"].y) == ["r0 dp", "r0 dp #2"]  # the overlapping all-reduces get two lanes
+    assert list(bars["dp"].y) == ["s0 r0 dp", "s0 r0 dp #2"]  # the overlapping all-reduces get two lanes
     assert list(bars["dp"].base) == pytest.approx([2.0, 3.0]) and list(bars["dp"].x) == pytest.approx([2.0, 2.0])
     f0 = next(c for c in bars["compute"].customdata if c[0] == "f0")
     assert f0[1:3] == [0.0, 1.0] and "achieved_tflop_per_s: 200.0" in f0[3]  # start, duration (ms), details
     assert list(fig.layout.yaxis.categoryarray)[::-1] == [
-        "r0 compute", "r0 dp", "r0 dp #2", "r0 pp.send.act", "r1 compute", "r1 pp.recv.act"]
+        "s0 r0 compute", "s0 r0 dp", "s0 r0 dp #2", "s0 r0 pp.send.act", "s1 r1 compute", "s1 r1 pp.recv.act"]
+    assert "dp #2" not in fig.layout.meta["note"] and "#2, #3" in fig.layout.meta["note"]  # explains the extra lane
 
 
 def test_timeline_keeps_the_critical_rank(pipeline: tuple[Any, Any]) -> None:

@@ -10,7 +10,6 @@ either. Sizes: ``-b/-e/-i`` exactly as nccl-tests' ``parsesize``; ``--sizes STAR
 from __future__ import annotations
 
 import math
-
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -98,29 +97,16 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:5.1f}%" if whole > 0 else "-"
 
 
-def _plain(value: Any, quantity: str | None = None) -> str:
-    """A setting as a scenario file writes it (``false``, ``null``, ``40000000``, ``fp32``; sizes,
-    rates and times with their unit, ``160 MB``)."""
-    from simulator import units
-
-    if quantity is not None and isinstance(value, (int, float)):
-        return {"size": units.format_bytes, "rate": units.format_rate, "time": units.format_time,
-                "elements": lambda v: f"{v:,} elements"}.get(quantity, lambda v: json.dumps(v))(value)
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def _framework_rows(table: Table, sc: Any) -> None:
     """The framework, then each of its profile's settings whose effective value differs from
     ``generic``, with where it came from (the profile's name, or ``scenario``)."""
-    settings = sc.framework_settings()
-    label = sc.framework if sc.framework != "generic" else "generic (dtsim defaults)"
-    table.add_row("framework", safe(label) + (f": {len(settings)} setting(s) differ from generic" if settings else ""))
-    from simulator.scenario import Scenario
-    from simulator.scenario.framework import field_quantity
+    from simulator.scenario.framework import framework_setting_rows
 
-    for path, value, source in settings:
-        quantity = field_quantity(Scenario, tuple(path.split(".")))
-        table.add_row("", safe(f"{path} = {_plain(value, quantity)} ({source})"))
+    rows = framework_setting_rows(sc)
+    label = sc.framework if sc.framework != "generic" else "generic (dtsim defaults)"
+    table.add_row("framework", safe(label) + (f": {len(rows)} setting(s) differ from generic" if rows else ""))
+    for path, text, source in rows:
+        table.add_row("", safe(f"{path} = {text} ({source})"))
 
 
 def _print_summary(result: Any, sc: Any) -> None:

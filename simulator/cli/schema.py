@@ -51,7 +51,6 @@ def schema(
     text = json.dumps(json_schema_of(kind), indent=2, ensure_ascii=False)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "
-", encoding="utf-8")
+        out.write_text(text + "\n", encoding="utf-8")
     else:
         sys.stdout.write(text + "\n")

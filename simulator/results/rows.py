@@ -126,16 +126,18 @@ def expand_fused(rows: list[Row]) -> list[Row]:
         mem = row.mem
         scale = stretch(row)
         for part in fused.parts:
+            # end from the part's end offset, so a slice that starts where the previous one
+            # ended (offsets are cumulative sums) touches it exactly instead of overlapping
+            # it by a rounding error (which drew a spurious second compute lane)
             start = row.start_s + part.offset_s * scale
-            duration = part.duration_s * scale
+            end = row.start_s + (part.offset_s + part.duration_s) * scale
             info = replace(base, layer=part.layer, phase=part.phase or base.phase)
             if part.op:
                 comm = CommRecord(part.op, part.nbytes, 1, part.ranks, None, part.algorithm, part.protocol,
                                   part.duration_s)
-                out.append(Row(row.rank, part.category, part.name, part.category, start, start + duration, info, mem,
-                               comm))
+                out.append(Row(row.rank, part.category, part.name, part.category, start, end, info, mem, comm))
             else:
                 info = replace(info, flops=part.flops, kernels=part.kernels)
-                out.append(Row(row.rank, row.stream, part.name, "compute", start, start + duration, info, mem))
+                out.append(Row(row.rank, row.stream, part.name, "compute", start, end, info, mem))
             mem = ()
     return out

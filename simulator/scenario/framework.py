@@ -19,6 +19,7 @@ sources is returned as it is, so the loader and ``Scenario.model_validate`` agre
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -29,7 +30,7 @@ from simulator.fields import quantity_of
 from simulator.scenario.parallelism import OPTION_BLOCKS
 
 __all__ = ["Framework", "FRAMEWORKS", "GENERIC", "SETTINGS_SOURCE_KEY", "apply_framework", "field_default", "value_at",
-           "source_of", "framework_settings", "field_quantity"]
+           "source_of", "framework_settings", "field_quantity", "format_setting", "setting_row", "framework_setting_rows"]
 
 Framework = Literal[
     "generic", "megatron-core", "nemo", "megatron-lm", "deepspeed", "pytorch-fsdp", "torchtitan", "llm-foundry"
@@ -173,3 +174,28 @@ def framework_settings(scenario: BaseModel) -> list[tuple[str, Any, str]]:
         if value != field_default(type(scenario), parts):
             rows.append((path, value, source))
     return rows
+
+
+def format_setting(value: Any, quantity: str | None = None) -> str:
+    """A setting as a scenario file writes it (``false``, ``null``, ``40000000``, ``fp32``; sizes,
+    rates and times with their unit, ``160 MB``)."""
+    from simulator import units
+
+    if quantity is not None and isinstance(value, (int, float)):
+        return {"size": units.format_bytes, "rate": units.format_rate, "time": units.format_time,
+                "elements": lambda v: f"{v:,} elements"}.get(quantity, lambda v: json.dumps(v))(value)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def setting_row(scenario: BaseModel, path: str) -> tuple[str, str, str]:
+    """(dotted path, effective value as :func:`format_setting` writes it, source) of one setting."""
+    parts = tuple(path.split("."))
+    value = value_at(scenario, parts)
+    return path, format_setting(value, field_quantity(type(scenario), parts)), source_of(scenario, path)
+
+
+def framework_setting_rows(scenario: BaseModel) -> list[tuple[str, str, str]]:
+    """:func:`framework_settings` with each value written as :func:`format_setting` does:
+    what ``dtsim run`` prints under "framework" and the report's effective-settings table lists."""
+    return [(path, format_setting(value, field_quantity(type(scenario), tuple(path.split(".")))), source)
+            for path, value, source in framework_settings(scenario)]

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from simulator.results.metrics import COMM_PRIORITY
 from simulator.units import MILLISECOND
-from simulator.viz.style import BUBBLE_COLOUR, IDLE_COLOUR, TEMPLATE, colour
+from simulator.viz.style import TEMPLATE, colour
 
 __all__ = ["breakdown_figure", "breakdown_parts"]
 
@@ -39,14 +39,8 @@ def breakdown_figure(result: Any) -> go.Figure:
     for name, values in parts.items():
         if not any(v > 0 for v in values):
             continue
-        if name == "bubble":
-            shade = BUBBLE_COLOUR
-        elif name == "idle":
-            shade = IDLE_COLOUR
-        else:
-            shade = colour(name.removeprefix("exposed "))
         fig.add_trace(go.Bar(
-            x=labels, y=[v / MILLISECOND for v in values], name=name, marker={"color": shade},
+            x=labels, y=[v / MILLISECOND for v in values], name=name, marker={"color": colour(name)},
             hovertemplate="%{x}: " + name + " %{y:.3f} ms<extra></extra>",
         ))
     step_ms = result.step_time_s / MILLISECOND

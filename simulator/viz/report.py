@@ -20,7 +20,7 @@ from simulator.viz.links import link_heatmap_figure, top_links_figure
 from simulator.viz.memory import memory_figure
 from simulator.viz.timeline import timeline_figure
 
-__all__ = ["write_report", "report_html", "summary_rows", "report_figures"]
+__all__ = ["write_report", "report_html", "summary_rows", "report_figures", "effective_settings", "KEY_SETTINGS"]
 
 _PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -35,6 +35,10 @@ table.summary td:first-child { font-weight: 600; white-space: nowrap; }
 .oom { color: #c00; font-weight: 700; } .ok { color: #080; }
 pre.scenario { background: #f6f6f6; padding: 1rem; overflow-x: auto; font-size: .8rem; }
 .figure { margin-top: 1rem; }
+table.settings { border-collapse: collapse; font-size: .85rem; }
+table.settings th, table.settings td { padding: .15rem .7rem; border-bottom: 1px solid #eee; text-align: left; }
+table.settings td:first-child { font-family: ui-monospace, monospace; }
+.note { color: #555; font-size: .85rem; max-width: 70rem; }
 """
 
 
@@ -102,6 +106,42 @@ def report_figures(sim: Simulation) -> list[tuple[str, Any]]:
     ]
 
 
+# the settings a 3D-parallel run is read by, listed first in the effective-settings table
+KEY_SETTINGS = (
+    "framework", "parallelism.tp", "parallelism.pp", "parallelism.cp", "parallelism.dp",
+    "parallelism.sequence_parallel", "parallelism.pipeline_schedule", "parallelism.virtual_stages",
+    "parallelism.sharding", "training.micro_batch", "training.global_batch", "training.precision",
+    "training.recompute",
+)
+
+
+def effective_settings(result: Any, scenario: Any) -> list[tuple[str, str, str]]:
+    """(setting, effective value, source) rows of the report's settings table: the
+    :data:`KEY_SETTINGS`, then every framework-profile setting that differs from dtsim's
+    defaults (``framework_setting_rows``, what ``dtsim run`` prints). Source is the
+    framework's name, ``scenario`` or ``default``; ``dp: auto`` shows the size it resolved to."""
+    from simulator.scenario.framework import framework_setting_rows, setting_row
+
+    rows = [setting_row(scenario, path) for path in KEY_SETTINGS]
+    rows = [(p, f"auto (= {result.dp})" if p == "parallelism.dp" and v == "auto" else v, src) for p, v, src in rows]
+    seen = set(KEY_SETTINGS)
+    return rows + [row for row in framework_setting_rows(scenario) if row[0] not in seen]
+
+
+def _settings_html(result: Any, scenario: Any) -> str:
+    body = "\n".join(f"<tr><td>{html.escape(p)}</td><td>{html.escape(v)}</td><td>{html.escape(src)}</td></tr>"
+                     for p, v, src in effective_settings(result, scenario))
+    return ('<h2>Effective settings</h2>\n<table class="settings">\n'
+            f"<tr><th>setting</th><th>value</th><th>source</th></tr>\n{body}\n</table>")
+
+
+def _figure_note(fig: Any) -> str:
+    """The explanation a figure carries in ``layout.meta["note"]`` as a paragraph, or nothing."""
+    meta = fig.layout.meta
+    note = meta.get("note") if isinstance(meta, dict) else None
+    return f'\n<p class="note">{html.escape(note)}</p>' if note else ""
+
+
 def report_html(sim: Simulation, scenario: Any) -> str:
     """The report as one HTML string: title, summary table, figures (plotly.js inline,
     once, in the head), and the resolved scenario as JSON."""
@@ -113,7 +153,7 @@ def report_html(sim: Simulation, scenario: Any) -> str:
     sections = []
     for i, (heading, fig) in enumerate(report_figures(sim)):
         div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=f"figure-{i}", config=_PLOTLY_CONFIG)
-        sections.append(f'<h2>{html.escape(heading)}</h2>\n<div class="figure">{div}</div>')
+        sections.append(f'<h2>{html.escape(heading)}</h2>\n<div class="figure">{div}</div>{_figure_note(fig)}')
     scenario_json = json.dumps(scenario.model_dump(mode="json", by_alias=True), indent=2)
     step_ms = result.step_time_s / MILLISECOND
     return f"""<!DOCTYPE html>
@@ -131,6 +171,7 @@ scenario {html.escape(result.scenario_hash[:16])} · {html.escape(result.calibra
 <table class="summary">
 {table}
 </table>
+{_settings_html(result, scenario)}
 {chr(10).join(sections)}
 <h2>Scenario (resolved)</h2>
 <pre class="scenario">{html.escape(scenario_json, quote=False)}</pre>

@@ -1,8 +1,18 @@
-"""Shared look of the figures: one colour per row category / breakdown part."""
+"""Shared look of the figures: one colour map for every legend name of every figure.
+
+A name means the same colour in every figure (``tp`` bars in the timeline and ``exposed tp``
+in the breakdown are one orange), and no two names share a colour: row categories, the
+breakdown's bubble and idle, and the memory categories each have their own. Pipeline
+stages get evenly spaced colours of a sequential scale (:func:`stage_colours`), which none
+of the named colours is taken from.
+"""
 
 from __future__ import annotations
 
-__all__ = ["CATEGORY_COLOURS", "colour", "BUBBLE_COLOUR", "IDLE_COLOUR", "MEMORY_COLOURS", "TEMPLATE"]
+from plotly.colors import sample_colorscale
+
+__all__ = ["CATEGORY_COLOURS", "colour", "BUBBLE_COLOUR", "IDLE_COLOUR", "MEMORY_COLOURS", "TEMPLATE", "COLOURS",
+           "comm_outline", "stage_colours"]
 
 TEMPLATE = "plotly_white"
 
@@ -18,18 +28,39 @@ CATEGORY_COLOURS = {
 BUBBLE_COLOUR = "#bab0ac"
 IDLE_COLOUR = "#e0e0e0"
 MEMORY_COLOURS = {
-    "params": "#4c78a8",
+    "params": "#2f4b7c",
     "grads": "#72b7b2",
-    "optimizer": "#54a24b",
-    "activations": "#f58518",
-    "buffers": "#b279a2",
-    "other": "#bab0ac",
+    "optimizer": "#665191",
+    "activations": "#d45087",
+    "buffers": "#79706e",
+    "other": "#d7b5a6",
 }
-_FALLBACK = ("#ff9da6", "#9d755d", "#79706e", "#d67195", "#439894")
+# every named colour: one map, so figures cannot disagree
+COLOURS: dict[str, str] = {**CATEGORY_COLOURS, "bubble": BUBBLE_COLOUR, "idle": IDLE_COLOUR, **MEMORY_COLOURS}
+_FALLBACK = ("#ff9da6", "#a0cbe8", "#8cd17d", "#ffbe7d", "#499894")
 
 
-def colour(category: str) -> str:
-    """Colour of a row category (stable for unknown ones: chosen by a hash of the name)."""
-    if category in CATEGORY_COLOURS:
-        return CATEGORY_COLOURS[category]
-    return _FALLBACK[sum(map(ord, category)) % len(_FALLBACK)]
+def colour(name: str) -> str:
+    """Colour of a legend name: a row category, ``exposed <category>`` (the category's
+    colour), ``bubble``, ``idle`` or a memory category; unknown names get a stable fallback
+    chosen by a hash of the name."""
+    key = name.removeprefix("exposed ")
+    if key in COLOURS:
+        return COLOURS[key]
+    return _FALLBACK[sum(map(ord, key)) % len(_FALLBACK)]
+
+
+def comm_outline(category: str) -> str:
+    """A darker shade of ``category``'s colour: the outline that separates back-to-back
+    collectives on one lane (each bar one collective, launch to completion)."""
+    hex_colour = colour(category).lstrip("#")
+    red, green, blue = (int(hex_colour[i:i + 2], 16) * 3 // 5 for i in (0, 2, 4))
+    return f"#{red:02x}{green:02x}{blue:02x}"
+
+
+def stage_colours(n: int) -> list[str]:
+    """``n`` distinct colours for pipeline stages 0 .. n-1: viridis from its dark end to 85%
+    (its last yellows are unreadable on white)."""
+    if n <= 1:
+        return sample_colorscale("Viridis", [0.0])
+    return sample_colorscale("Viridis", [0.85 * s / (n - 1) for s in range(n)])
