@@ -48,8 +48,9 @@ def safe(text: object) -> str:
     return escape(body) + "\\" * (2 * (len(plain) - len(body)))
 
 
-def one_line(text: object, limit: int = 400) -> str:
-    """``text`` on one line (whitespace runs with newlines collapsed), at most ``limit`` characters."""
+def one_line(text: object, limit: int = 1200) -> str:
+    """``text`` on one line (whitespace runs with newlines collapsed), at most ``limit`` characters (long enough for
+    any message dtsim writes, short enough that a hostile value cannot flood the terminal)."""
     flat = re.sub(r"\s*\n\s*", " ", str(text)).strip()
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
