@@ -39,7 +39,7 @@ unit: $(VENV)/.test-installed
 
 # every notebook runs top to bottom in its own folder (nbmake), so none can rot
 notebooks: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=300 notebooks/*.ipynb
+	DTSIM_STATIC_FIGURES=0 $(BIN)/python -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=300 notebooks/*.ipynb
 
 bench: $(VENV)/.run-installed
 	$(BIN)/python bench/bench_engine.py

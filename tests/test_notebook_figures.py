@@ -93,3 +93,14 @@ def test_without_a_renderer_nothing_is_written_and_a_note_says_why(tmp_path: Pat
     assert figures.save() == [] and not (tmp_path / "figures").exists()
     note = capsys.readouterr().out.strip()
     assert note.startswith("no static images written: Kaleido") and ("Chrome" in note or "not installed" in note)
+
+
+def test_static_figures_off_writes_nothing_whatever_is_installed(tmp_path: Path, monkeypatch: Any, capsys: Any):
+    """``make notebooks`` sets DTSIM_STATIC_FIGURES=0: even with a browser found, no image is
+    written (tests never start a browser nor rewrite the committed PNGs) and the note says why."""
+    monkeypatch.setattr(static, "_find_browser", lambda: "/usr/bin/chromium")
+    monkeypatch.setenv("DTSIM_STATIC_FIGURES", "0")
+    figures = StaticFigures(tmp_path / "figures", prefix="nb")
+    figures.add("busbw", bus_bandwidth_figure({"ring": [(2**20, 5e9)]}))
+    assert figures.save() == [] and not (tmp_path / "figures").exists()
+    assert capsys.readouterr().out.strip() == "no static images written: DTSIM_STATIC_FIGURES=0"

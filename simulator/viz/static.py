@@ -13,6 +13,7 @@ one-line note says why; the interactive figures are unaffected.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shutil
 from pathlib import Path
 
@@ -38,7 +39,11 @@ def _find_browser() -> str | None:
 
 
 def static_renderer() -> str | None:
-    """None when figures can be written as static images here, else why not (one line)."""
+    """None when figures can be written as static images here, else why not (one line).
+    ``DTSIM_STATIC_FIGURES=0`` turns writing off (``make notebooks`` sets it, so running the
+    notebooks as tests neither starts a browser nor rewrites the committed images)."""
+    if os.environ.get("DTSIM_STATIC_FIGURES", "").strip().lower() in ("0", "false", "no", "off"):
+        return "DTSIM_STATIC_FIGURES=0"
     try:
         version = importlib.metadata.version("kaleido")
     except importlib.metadata.PackageNotFoundError:
