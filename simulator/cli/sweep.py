@@ -25,7 +25,7 @@ def sweep(
     Finished points are cached in OUT/cache: run the same command again to resume an
     interrupted sweep. Infeasible and out-of-memory points are recorded with their reason.
     """
-    from simulator.sweep import expand_sweep, feasible_rows, load_sweep, open_executor, run_sweep, write_results
+    from simulator.sweep import expand_sweep, load_sweep, open_executor, run_sweep, write_results
 
     loaded = guard(lambda: load_sweep(sweep_file))
     points = guard(lambda: expand_sweep(loaded))
@@ -52,12 +52,19 @@ def sweep(
             "executor": executor, "wall_s": result.wall_s}
     paths = write_results(result, out_dir, meta=meta)
     html = out_dir / "scaling.html"
-    _write_scaling_html(feasible_rows(result.rows), html, title=spec.name or sweep_file.stem,
+    _write_scaling_html(_drawable_rows(result.rows), html, title=spec.name or sweep_file.stem,
                         by_series=bool(spec.series_fields()))
     console.print(f"{len(points)} points: {result.simulated} simulated, {result.cached} from cache, "
                   f"{result.failed} infeasible or failed, {result.wall_s:.1f} s")
     for path in (*paths, html):
         console.print(f"  {path}")
+
+
+def _drawable_rows(rows: list[Any]) -> list[Any]:
+    """Feasible rows, and out-of-memory rows (the figure leaves them out and counts them in a note)."""
+    from simulator.sweep.worker import OOM_PREFIX
+
+    return [r for r in rows if r.get("error") is None or str(r.get("error")).startswith(OOM_PREFIX)]
 
 
 def _write_scaling_html(rows: list[Any], path: Path, *, title: str, by_series: bool) -> None:
