@@ -1,7 +1,12 @@
 """Typed fields shared by the scenario and the catalog: the frozen base model and unit-carrying types.
 
-Fields that hold a physical quantity accept either a plain number in SI base units or a
-string with a unit (``"400Gbps"``, ``"80GiB"``, ``"2us"``); they are stored as SI floats.
+Fields that hold a physical quantity accept a string with a unit (``"400Gbps"``, ``"80GiB"``,
+``"2us"``); they are stored as SI floats. Files must write the unit: validated with
+``context={UNITS_REQUIRED: True}`` (as every file loader does), a bare number such as
+``nic_bandwidth: 400`` is an error ("400 has no unit; write e.g. '400 Gb/s'"), since nothing
+says whether it meant bytes, bits, Gb/s or GB/s. Zero needs no unit. The Python API
+(``Model.model_validate(data)`` without that context, or constructing models directly) also
+accepts a plain number, taken in SI base units: bytes, bytes per second, seconds, FLOP/s.
 
 Every number is checked at this edge: no model accepts ``nan`` or ``inf`` (``allow_inf_nan``
 off), a boolean is never taken for a number (``true`` is not a count of 1), and each kind of
@@ -12,12 +17,13 @@ or 0 figure further on.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
 
 from simulator import units
 
@@ -36,6 +42,7 @@ __all__ = [
     "PRECISIONS",
     "Fraction",
     "QUANTITY_BOUNDS",
+    "UNITS_REQUIRED",
 ]
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -130,12 +137,33 @@ QUANTITY_BOUNDS: dict[str, tuple[float, float, str]] = {
 _SI_UNIT = {"size": "B", "rate": "B/s", "time": "s", "FLOP rate": "FLOP/s"}
 
 
-def _unit_field(parser: Callable[[Any], float], kind: str, example: str) -> Any:
+UNITS_REQUIRED = "units_required"
+"""Validation-context key: when true, a size, rate, time or FLOP rate without a unit is an error."""
+
+_BARE_NUMBER = re.compile(r"^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*$")
+
+
+def _unitless(value: Any) -> bool:
+    """A non-zero number, or a string holding only a number: a quantity whose unit is missing."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return value != 0
+    return isinstance(value, str) and bool(_BARE_NUMBER.match(value)) and float(value) != 0
+
+
+def _unit_field(parser: Callable[[Any], float], kind: str, example: str, suggested_unit: tuple[str, str]) -> Any:
+    """Validator and schema of a quantity; ``suggested_unit``: the unit an error suggests for a
+    small and for a large bare number."""
     low, high, allowed = QUANTITY_BOUNDS[kind]
 
-    def parse(value: Any) -> Any:
+    def parse(value: Any, info: ValidationInfo) -> Any:
         if value is None:
             return None
+        if (info.context or {}).get(UNITS_REQUIRED) and _unitless(value):
+            number = str(value).strip()
+            unit = suggested_unit[0] if abs(float(number)) < 1e5 else suggested_unit[1]
+            raise ValueError(f"{number} has no unit; write e.g. '{number} {unit}'")
         number = parser(value)
         if not low <= number <= high and not (kind == "size" and number < 0):  # sizes: ge/gt say why
             shown = value if isinstance(value, str) else f"{number:g} {_SI_UNIT[kind]}"
@@ -144,17 +172,18 @@ def _unit_field(parser: Callable[[Any], float], kind: str, example: str) -> Any:
 
     schema = {
         "anyOf": [
-            {"type": "number", "minimum": low, "maximum": high},
             {"type": "string", "description": f"{kind} with a unit, e.g. {example}"},
+            {"type": "number", "minimum": low, "maximum": high,
+             "description": "(Python API only) a number in SI base units; files write the unit (0 needs none)"},
         ]
     }
     return BeforeValidator(parse), WithJsonSchema(schema)
 
 
-_bytes = _unit_field(units.parse_bytes, "size", "'80GiB' (B = byte, b = bit)")
-_rate = _unit_field(units.parse_rate, "rate", "'400Gbps' or '25GB/s' (b = bit, B = byte)")
-_time = _unit_field(units.parse_time, "time", "'2us'")
-_flop_rate = _unit_field(units.parse_flop_rate, "FLOP rate", "'312TFLOPS'")
+_bytes = _unit_field(units.parse_bytes, "size", "'80GiB' (B = byte, b = bit)", ("GiB", "B"))
+_rate = _unit_field(units.parse_rate, "rate", "'400Gbps' or '25GB/s' (b = bit, B = byte)", ("Gb/s", "B/s"))
+_time = _unit_field(units.parse_time, "time", "'2us'", ("us", "s"))
+_flop_rate = _unit_field(units.parse_flop_rate, "FLOP rate", "'312TFLOPS'", ("TFLOP/s", "FLOP/s"))
 
 Bytes = Annotated[float, _bytes[0], _bytes[1], Field(ge=0)]
 PositiveBytes = Annotated[float, _bytes[0], _bytes[1], Field(gt=0)]

@@ -28,7 +28,7 @@ from simulator.catalog.kernels import AttentionKernelsSpec
 from simulator.catalog.profiles import ProfileSpec
 from simulator.datadirs import models_dir, topologies_dir
 from simulator.errors import ScenarioError
-from simulator.fields import Frozen
+from simulator.fields import UNITS_REQUIRED, Frozen
 from simulator.yamlio import error_from_validation, load_mapping, load_yaml, to_plain
 
 __all__ = ["CatalogDirs", "Catalog", "Preset", "default_catalog", "forget_default_catalog"]
@@ -91,9 +91,13 @@ class Preset:
     path: str
 
 
-def _validate(model: type[Frozen], data: Any, path: Path, root: Any, prefix: tuple[Any, ...] = ()) -> Any:
+def _validate(model: type[Frozen], data: Any, path: Path, root: Any, prefix: tuple[Any, ...] = (),
+              units_required: bool = True) -> Any:
+    """Validate one catalog file; a size, rate or time without a unit is an error (hand-written
+    files), except in compute profiles (``units_required=False``), which ``dtsim calibrate``
+    writes with SI numbers (seconds, bytes per second, FLOP/s)."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={UNITS_REQUIRED: units_required})
     except ValidationError as exc:
         raise error_from_validation(exc, root=root, file=str(path), prefix=prefix, model=model) from None
 
@@ -274,7 +278,7 @@ class Catalog:
         if key not in self._profiles:
             root = load_yaml(path)
             self._profiles = {k: v for k, v in self._profiles.items() if k[0] != key[0]}
-            self._profiles[key] = _validate(ProfileSpec, to_plain(root), path, root)
+            self._profiles[key] = _validate(ProfileSpec, to_plain(root), path, root, units_required=False)
         return self._profiles[key]
 
 

@@ -101,24 +101,43 @@ def _framework_rows(table: Table, sc: Any) -> None:
     """The framework, then each of its profile's settings whose effective value differs from
     ``generic``, with where it came from (the profile's name, or ``scenario``)."""
     from simulator.scenario.framework import framework_setting_rows
+    from simulator.scenario.notes import overlap_settings
 
     rows = framework_setting_rows(sc)
+    effective = {path: (text, source) for path, text, source in overlap_settings(sc)}
     label = sc.framework if sc.framework != "generic" else "generic (dtsim defaults)"
     table.add_row("framework", safe(label) + (f": {len(rows)} setting(s) differ from generic" if rows else ""))
     for path, text, source in rows:
+        if path in effective:  # null in the profile: printed below as what it means for this sharding
+            continue
+        table.add_row("", safe(f"{path} = {text} ({source})"))
+    for path, (text, source) in effective.items():
         table.add_row("", safe(f"{path} = {text} ({source})"))
 
 
 def _print_summary(result: Any, sc: Any) -> None:
+    from simulator.scenario.notes import bandwidth_lines, setting_notes, why_lines
+
     par = sc.parallelism
+    mem = max(result.memory, key=lambda m: m.peak_bytes)
     title = safe(result.name)
+    if result.oom:
+        title = f"[bold red]OUT OF MEMORY[/] {title}"
     table = Table(title=title, show_header=False, title_justify="left", min_width=72)
     table.add_column("metric", style="bold")
     table.add_column("value")
+    invalid = ""
+    if result.oom:
+        table.add_row("[red]verdict[/]", f"[bold red]OUT OF MEMORY: does not fit[/] ({units.format_bytes(mem.peak_bytes)} "
+                      f"needed on rank {mem.rank}, {units.format_bytes(mem.capacity_bytes)} available). Step time, "
+                      "throughput and MFU below are what it would run at if it fitted: not achievable as configured")
+        invalid = " [red](not valid: out of memory)[/]"
     cluster = sc.cluster
     transport = cluster.fabric.transport or cluster.node_type.nics.transport
     table.add_row("cluster", safe(f"{cluster.n_nodes} x {cluster.node_type.name} = {result.world_size} x "
                                   f"{cluster.gpu_name} ({transport}, {cluster.fabric.kind})"))
+    for line in bandwidth_lines(cluster):
+        table.add_row("", safe(line))
     layout = f"tp {par.tp} x pp {par.pp} x cp {par.cp} x dp {result.dp}, sharding {par.sharding}"
     if par.pp > 1:
         layout += f", {par.pipeline_schedule}" + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
@@ -128,11 +147,10 @@ def _print_summary(result: Any, sc: Any) -> None:
                   f"{result.dp} = {result.global_batch} sequences of {sc.model.seq_len} tokens, {sc.training.precision}, "
                   f"recompute {sc.training.recompute}"))
     table.add_row("model", safe(f"{sc.model.label}: {result.params / 1e9:.2f} B parameters"))
-    table.add_row("step time", f"[bold]{units.format_time(result.step_time_s)}[/]")
-    table.add_row("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s)")
+    table.add_row("step time", f"[bold]{units.format_time(result.step_time_s)}[/]{invalid}")
+    table.add_row("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s){invalid}")
     table.add_row("per GPU", f"{result.tflops_per_gpu:.1f} TFLOP/s model, {result.hardware_tflops_per_gpu:.1f} hardware; "
-                  f"MFU [bold]{100 * result.mfu:.1f}%[/], HFU {100 * result.hfu:.1f}%")
-    mem = max(result.memory, key=lambda m: m.peak_bytes)
+                  f"MFU [bold]{100 * result.mfu:.1f}%[/], HFU {100 * result.hfu:.1f}%{invalid}")
     verdict = "[bold red]OUT OF MEMORY[/]" if result.oom else "[green]fits[/]"
     table.add_row("peak memory", f"{units.format_bytes(mem.peak_bytes)} of {units.format_bytes(mem.capacity_bytes)} "
                   f"(rank {mem.rank}) {verdict}; caching allocator: allocated "
@@ -154,6 +172,10 @@ def _print_summary(result: Any, sc: Any) -> None:
         table.add_row("  pipeline bubble", f"{units.format_time(b.bubble_s)}  {_pct(b.bubble_s, step)}")
     if b.idle_s > 0:
         table.add_row("  idle", f"{units.format_time(b.idle_s)}  {_pct(b.idle_s, step)}")
+    for line in why_lines(sc, b, step):
+        table.add_row("why", line)
+    for line in setting_notes(sc):
+        table.add_row("note", line)
     for link in result.links[:3]:
         table.add_row("busy link", safe(f"{link.label}: {100 * link.utilisation:.0f}% of {link.kind} capacity"))
     table.add_row("calibration", safe(result.calibration + _measured_on(sc)))

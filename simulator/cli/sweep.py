@@ -38,7 +38,6 @@ def sweep(
         bound_workers,
         check_executor,
         expand_sweep,
-        feasible_rows,
         invalid_reasons,
         load_sweep,
         open_executor,
@@ -79,7 +78,7 @@ def sweep(
             "executor": executor, "wall_s": result.wall_s}
     paths = write_results(result, out_dir, meta=meta)
     html = out_dir / "scaling.html"
-    _write_scaling_html(feasible_rows(result.rows), html, title=spec.name or sweep_file.stem,
+    _write_scaling_html(_drawable_rows(result.rows), html, title=spec.name or sweep_file.stem,
                         by_series=bool(spec.series_fields()))
     console.print(f"{len(points)} points: {result.simulated} simulated, {result.cached} from cache, "
                   f"{result.failed} infeasible or failed, {result.wall_s:.1f} s")
@@ -117,6 +116,13 @@ def _print_reasons(title: str, reasons: list[tuple[str, int]]) -> None:
         err_console.print(f"  ... {len(rest)} more reasons ({sum(n for _, n in rest)} points): see results.csv",
                           highlight=False)
 
+
+
+def _drawable_rows(rows: list[Any]) -> list[Any]:
+    """Feasible rows, and out-of-memory rows (the figure leaves them out and counts them in a note)."""
+    from simulator.sweep.worker import OOM_PREFIX
+
+    return [r for r in rows if r.get("error") is None or str(r.get("error")).startswith(OOM_PREFIX)]
 
 
 def _write_scaling_html(rows: list[Any], path: Path, *, title: str, by_series: bool) -> None:

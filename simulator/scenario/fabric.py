@@ -40,7 +40,8 @@ class FabricBase(Frozen):
 
     transport: TransportKind | None = Field(None, description="override the node type's NIC transport")
     nic_bandwidth_bytes_per_s: Rate | None = Field(
-        None, alias="nic_bandwidth", description="override the bandwidth of each NIC, e.g. '400Gbps'"
+        None, alias="nic_bandwidth", description="bandwidth of ONE NIC, one direction (not of the node: a node has nics.count of them), "
+        "overriding the node type's, with a unit, e.g. '400Gbps' (bits) or '50GB/s' (bytes)"
     )
     latency_s: Seconds | None = Field(None, alias="latency", description="override the transport's message latency")
     efficiency: Fraction | None = Field(None, description="override the transport's large-message efficiency")

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from simulator import limits
 from simulator.catalog import Catalog, default_catalog
 from simulator.errors import ScenarioError
+from simulator.fields import UNITS_REQUIRED
 from simulator.scenario.framework import apply_framework
 from simulator.scenario.model import resolve_model
 from simulator.scenario.resolve import resolve_cluster
@@ -125,12 +126,16 @@ def scenario_from_mapping(
     base_dir: Path | None = None,
     applied: dict[tuple[str, ...], str] | None = None,
     catalog: Catalog | None = None,
+    units_required: bool | None = None,
 ) -> Scenario:
     """Resolve and validate a plain mapping into a :class:`Scenario`, turning errors into one
-    located line. ``catalog``: where names are looked up (default: the default catalog)."""
+    located line. ``catalog``: where names are looked up (default: the default catalog).
+    ``units_required`` (default: when ``file`` is given): a size, rate or time written as a bare
+    number is an error; without it a number is taken in SI base units (Python API)."""
     applied = applied or {}
     catalog = catalog or default_catalog()
-    context = {"base_dir": str(base_dir) if base_dir else None, "catalog": catalog}
+    strict = file is not None if units_required is None else units_required
+    context = {"base_dir": str(base_dir) if base_dir else None, "catalog": catalog, UNITS_REQUIRED: strict}
     try:
         resolved = resolve_references(data, catalog, base_dir)
         check_sizes(resolved)

@@ -66,7 +66,7 @@ def _point(sweep: SweepFile, index: int, values: dict[str, Any]) -> SweepPoint:
         all_values[path] = value
     try:
         # no file: the reason belongs to the point (its row names it), not to a line of the base
-        scenario = scenario_from_mapping(data, base_dir=sweep.base_path.parent)
+        scenario = scenario_from_mapping(data, base_dir=sweep.base_path.parent, units_required=True)
     except ScenarioError as exc:
         return SweepPoint(index, all_values, None, str(exc))
     return SweepPoint(index, all_values, scenario)

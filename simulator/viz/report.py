@@ -14,13 +14,15 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from simulator.results.simulation import Simulation
+from simulator.scenario.notes import bandwidth_lines, overlap_settings, setting_notes, why_lines
 from simulator.units import MILLISECOND, format_bytes, format_time
 from simulator.viz.breakdown import breakdown_figure
 from simulator.viz.links import link_heatmap_figure, top_links_figure
 from simulator.viz.memory import memory_figure
 from simulator.viz.timeline import timeline_figure
 
-__all__ = ["write_report", "report_html", "summary_rows", "report_figures", "effective_settings", "KEY_SETTINGS"]
+__all__ = ["write_report", "report_html", "summary_rows", "report_figures", "effective_settings", "KEY_SETTINGS",
+           "oom_banner"]
 
 _PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -33,6 +35,8 @@ table.summary { border-collapse: collapse; margin-top: 1rem; }
 table.summary td { padding: .25rem .8rem; border-bottom: 1px solid #eee; vertical-align: top; }
 table.summary td:first-child { font-weight: 600; white-space: nowrap; }
 .oom { color: #c00; font-weight: 700; } .ok { color: #080; }
+.oom-banner { background: #fde8e8; border: 2px solid #c00; color: #900; padding: .8rem 1rem; margin: 1rem 0;
+              font-weight: 600; }
 pre.scenario { background: #f6f6f6; padding: 1rem; overflow-x: auto; font-size: .8rem; }
 .figure { margin-top: 1rem; }
 table.settings { border-collapse: collapse; font-size: .85rem; }
@@ -56,17 +60,23 @@ def summary_rows(result: Any, scenario: Any) -> list[tuple[str, str]]:
         layout += f", {par.pipeline_schedule}" + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
     mem = max(result.memory, key=lambda m: m.peak_bytes)
     b = result.breakdown
+    invalid = " (not valid: out of memory)" if result.oom else ""
     rows = [
         ("cluster", f"{cluster.n_nodes} x {cluster.node_type.name} = {result.world_size} x {cluster.gpu_name}"),
+        *(("", line) for line in bandwidth_lines(cluster)),
         ("layout", layout),
+        ("framework", scenario.framework),
+        *(("", f"{path} = {json.dumps(value) if not isinstance(value, str) else value} ({source})")
+          for path, value, source in scenario.framework_settings() if path not in _effective_paths(scenario)),
+        *(("", f"{path} = {text} ({source})") for path, text, source in overlap_settings(scenario)),
         ("batch", f"micro-batch {scenario.training.micro_batch} x {result.micro_batches} micro-batches x dp "
                   f"{result.dp} = {result.global_batch} sequences of {scenario.model.seq_len} tokens, "
                   f"{scenario.training.precision}, recompute {scenario.training.recompute}"),
         ("model", f"{scenario.model.label}: {result.params / 1e9:.2f} B parameters"),
-        ("step time", format_time(step)),
-        ("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s)"),
+        ("step time", format_time(step) + invalid),
+        ("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s){invalid}"),
         ("per GPU", f"{result.tflops_per_gpu:.1f} TFLOP/s model, {result.hardware_tflops_per_gpu:.1f} hardware; "
-                    f"MFU {100 * result.mfu:.1f}%, HFU {100 * result.hfu:.1f}%"),
+                    f"MFU {100 * result.mfu:.1f}%, HFU {100 * result.hfu:.1f}%{invalid}"),
         ("peak memory", f"{format_bytes(mem.peak_bytes)} of {format_bytes(mem.capacity_bytes)} (rank {mem.rank}): "
                         + ("OUT OF MEMORY" if result.oom else "fits")
                         + f"; caching allocator: allocated {format_bytes(result.peak_allocated_bytes)}, "
@@ -83,6 +93,8 @@ def summary_rows(result: Any, scenario: Any) -> list[tuple[str, str]]:
         rows.append(("  pipeline bubble", f"{format_time(b.bubble_s)} ({_pct(b.bubble_s, step)})"))
     if b.idle_s > 0:
         rows.append(("  idle", f"{format_time(b.idle_s)} ({_pct(b.idle_s, step)})"))
+    rows += [("why", line) for line in why_lines(scenario, b, step)]
+    rows += [("note", line) for line in setting_notes(scenario)]
     for link in result.links[:3]:
         rows.append(("busy link", f"{link.label}: {100 * link.utilisation:.0f}% of {link.kind} capacity"))
     rows += [
@@ -93,6 +105,22 @@ def summary_rows(result: Any, scenario: Any) -> list[tuple[str, str]]:
         ("simulator", f"dtsim {result.simulator_version}, scenario hash {result.scenario_hash[:16]}"),
     ]
     return rows
+
+
+def _effective_paths(scenario: Any) -> set[str]:
+    return {path for path, _, _ in overlap_settings(scenario)}
+
+
+def oom_banner(result: Any) -> str:
+    """The HTML banner of a run that does not fit ('' when it fits)."""
+    if not result.oom:
+        return ""
+    mem = max(result.memory, key=lambda m: m.peak_bytes)
+    detail = f"<br>{html.escape(result.oom_detail.message)}" if result.oom_detail is not None else ""
+    return (f'<div class="oom-banner" role="alert">OUT OF MEMORY: this configuration does not fit '
+            f"({format_bytes(mem.peak_bytes)} needed on rank {mem.rank}, {format_bytes(mem.capacity_bytes)} "
+            "available). Step time, throughput and MFU below are what it would reach if it fitted; they are not "
+            f"achievable as configured.{detail}</div>")
 
 
 def report_figures(sim: Simulation) -> list[tuple[str, Any]]:
@@ -118,14 +146,19 @@ KEY_SETTINGS = (
 def effective_settings(result: Any, scenario: Any) -> list[tuple[str, str, str]]:
     """(setting, effective value, source) rows of the report's settings table: the
     :data:`KEY_SETTINGS`, then every framework-profile setting that differs from dtsim's
-    defaults (``framework_setting_rows``, what ``dtsim run`` prints). Source is the
+    defaults (``framework_setting_rows``, what ``dtsim run`` prints), with the setting that
+    decides gradient overlap shown by its value where the profile leaves it null
+    (``scenario.notes.overlap_settings``). Source is the
     framework's name, ``scenario`` or ``default``; ``dp: auto`` shows the size it resolved to."""
     from simulator.scenario.framework import framework_setting_rows, setting_row
 
     rows = [setting_row(scenario, path) for path in KEY_SETTINGS]
     rows = [(p, f"auto (= {result.dp})" if p == "parallelism.dp" and v == "auto" else v, src) for p, v, src in rows]
+    overlap = {path: (path, text, source) for path, text, source in overlap_settings(scenario)}
+    rows = [overlap.pop(p, (p, v, src)) for p, v, src in rows]
     seen = set(KEY_SETTINGS)
-    return rows + [row for row in framework_setting_rows(scenario) if row[0] not in seen]
+    profile = [overlap.pop(row[0], row) for row in framework_setting_rows(scenario) if row[0] not in seen]
+    return rows + profile + list(overlap.values())
 
 
 def _settings_html(result: Any, scenario: Any) -> str:
@@ -165,7 +198,8 @@ def report_html(sim: Simulation, scenario: Any) -> str:
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head>
 <body>
-<h1>{title}</h1>
+<h1>{"OUT OF MEMORY: " if result.oom else ""}{title}</h1>
+{oom_banner(result)}
 <div class="sub">one training iteration: {step_ms:.1f} ms · dtsim {html.escape(result.simulator_version)} ·
 scenario {html.escape(result.scenario_hash[:16])} · {html.escape(result.calibration)}</div>
 <table class="summary">
