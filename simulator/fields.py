@@ -161,9 +161,9 @@ def _unit_field(parser: Callable[[Any], float], kind: str, example: str, suggest
         if value is None:
             return None
         if (info.context or {}).get(UNITS_REQUIRED) and _unitless(value):
-            number = str(value).strip()
-            unit = suggested_unit[0] if abs(float(number)) < 1e5 else suggested_unit[1]
-            raise ValueError(f"{number} has no unit; write e.g. '{number} {unit}'")
+            bare = str(value).strip()
+            unit = suggested_unit[0] if abs(float(bare)) < 1e5 else suggested_unit[1]
+            raise ValueError(f"{bare} has no unit; write e.g. '{bare} {unit}'")
         number = parser(value)
         if not low <= number <= high and not (kind == "size" and number < 0):  # sizes: ge/gt say why
             shown = value if isinstance(value, str) else f"{number:g} {_SI_UNIT[kind]}"

@@ -40,13 +40,15 @@ SET_CASES = [
     ("cluster.fabric.switch_radix=true", "valid integer (got true)"),
     ("cluster.fabric.oversubscription=.inf", "finite"),
     ("cluster.fabric.oversubscription=.nan", "finite"),
-    ("cluster.fabric.nic_bandwidth=400", "between 1 kB/s and 1 EB/s"),
-    ("cluster.fabric.nic_bandwidth=1e-300", "between 1 kB/s and 1 EB/s"),
+    ("cluster.fabric.nic_bandwidth=400", "400 has no unit; write e.g. '400 Gb/s'"),
+    ("cluster.fabric.nic_bandwidth=1e-300", "has no unit"),
+    ("cluster.fabric.nic_bandwidth=1e-300Bps", "between 1 kB/s and 1 EB/s"),
     ("cluster.fabric.nic_bandwidth=1e30TBps", "between 1 kB/s and 1 EB/s"),
     ("cluster.fabric.nic_bandwidth=.nan", "finite"),
     ("cluster.fabric.latency=2h", "between 0 and 1 hour"),
     ("cluster.fabric.latency=-1us", ""),
-    ("parallelism.ddp.bucket_size=1e30", "1 EiB"),
+    ("parallelism.ddp.bucket_size=1e30", "has no unit"),
+    ("parallelism.ddp.bucket_size=1e30B", "1 EiB"),
     ("cluster.fabric.efficiency=1e-300", "greater than or equal to 0.000001"),  # was a 1.02e+299 s step
     ("cluster.fabric.efficiency=0", "greater than or equal to 0.000001"),
 ]
@@ -214,7 +216,8 @@ def test_cli_garbage_is_one_line_exit_2(args: tuple[str, ...]) -> None:
 NODE = (ROOT / "topologies" / "nodes" / "p4d.24xlarge.yaml").read_text()
 NODE_CASES = [
     ("gpus: 8", "gpus: true", "gpus", "valid integer (got true)"),
-    ("bandwidth: 100Gbps", "bandwidth: 400", "nics.bandwidth", "between 1 kB/s and 1 EB/s"),
+    ("bandwidth: 100Gbps", "bandwidth: 400", "nics.bandwidth", "400 has no unit"),
+    ("bandwidth: 100Gbps", "bandwidth: 400Bps", "nics.bandwidth", "between 1 kB/s and 1 EB/s"),
     ("bandwidth: 100Gbps", "bandwidth: .nan", "nics.bandwidth", "finite"),
     ("count: 4", "count: false", "nics.count", "valid integer (got false)"),
     ("generation: 4", "generation: 4.5", "pcie.generation", "integer"),
