@@ -70,16 +70,13 @@ def shard_of(scenario: Scenario) -> Shard:
 def eager_saved_bytes(scenario: Scenario) -> float:
     """What eager PyTorch autograd keeps per block and micro-batch beyond the fused kernels'
     tensors (``training.compile: false``): the fp32 copy of each RMSNorm's input (two norms,
-    ``Tn*h`` elements each) and of the rotary query and key (``T*(a+kv)*d/t``), 4 bytes each
-    (:mod:`simulator.costs.elementwise`). Kept only where the block is not recomputed."""
+    ``Tn*h`` elements each), 4 bytes each (:mod:`simulator.costs.elementwise`). The rotary
+    embedding keeps nothing of its own: its complex multiply saves only the frequency table.
+    Kept only where the block is not recomputed."""
     m = scenario.model
-    if scenario.training.compile is not False:
+    if scenario.training.compile is not False or m.norm != "rmsnorm":
         return 0.0
-    shard = shard_of(scenario)
-    elements = 2.0 * shard.norm_tokens * m.hidden if m.norm == "rmsnorm" else 0.0
-    if m.position_embedding == "rotary":
-        elements += shard.tokens * (m.heads + m.n_kv_heads) * m.head_dim / shard.tp
-    return EAGER_SAVED_FP32_BYTES * elements
+    return EAGER_SAVED_FP32_BYTES * 2.0 * shard_of(scenario).norm_tokens * m.hidden
 
 
 @dataclass(frozen=True)
