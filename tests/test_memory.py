@@ -82,6 +82,27 @@ def test_selective_op_under_tp_and_sp():
     assert got == pytest.approx(16384 * 17168, rel=1e-12)
 
 
+def test_selective_op_compiled_keeps_only_what_the_backward_reads():
+    """torch.compile's partitioner saves a MUST_SAVE output only when the backward reads it; w2's
+    output feeds only the residual add. Llama 3.1 8B, T = 16384: eager 63616 bytes per token (above),
+    compiled 63616 - 2*4096 = 55424 (a 134 217 728-byte, 128 MiB, difference per block). tp = 8 with
+    SP: eager 17168; compiled drops w2's full-width partial sum 2*4096 and the reduce-scatter after
+    it 2*512: 17168 - 8192 - 1024 = 7952 bytes per token. (Checked with torch 2.13 on CPU,
+    backend aot_eager_decomp_partition over a torchtitan-shaped block under the op policy: the
+    compiled graph saves x, q, v, the SDPA output and log-sum-exp and w1's output; the eager
+    checkpoint's cache holds those and w2's output.)"""
+    from simulator.costs.memory import op_policy_kept_matmuls
+
+    assert op_policy_kept_matmuls("swiglu", compiled=True) == {"wq", "wv", "w1"}
+    assert op_policy_kept_matmuls("swiglu", compiled=False) == {"wq", "wv", "w1", "w2"}
+    assert op_policy_kept_matmuls("gelu", compiled=True) == {"wq", "wv", "fc1"}
+    one = layer_activation_bytes(**LLAMA8B, recompute="selective-op", flash_attention=True, compiled=True)
+    assert one == pytest.approx(16384 * 55424, rel=1e-12)
+    sp = layer_activation_bytes(**LLAMA8B, tp=8, sequence_parallel=True, recompute="selective-op",
+                                flash_attention=True, compiled=True)
+    assert sp == pytest.approx(16384 * 7952, rel=1e-12)
+
+
 def test_eager_fp32_cross_entropy_workspace():
     """cross_entropy(pred.float()) in eager PyTorch: the backward holds nll_loss's fp32 T x V gradient
     and log_softmax_backward's fp32 result beside the kept fp32 log-softmax: 8*T*V/t bytes more.
