@@ -245,8 +245,11 @@ def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp
     SwiGLU's gate, up and product, ``2F/t`` with GELU's input and output) and the layer's
     input and output (``2h``), over the rank's ``tokens`` (b*s/cp): ``tokens * (ffn_width +
     2h) * act_bytes``; plus ``recomputed_layer_bytes``, the layer's own activations rebuilt
-    by full recomputation while its backward runs (0 otherwise). An estimate of what the
-    caching allocator holds beyond the stored activations.
+    by recomputation while its backward runs: all of them under full recomputation; under
+    torchtitan's op policy those it did not keep (the checkpoint re-runs the block's forward
+    in the backward and autograd holds what the backward reads until it is consumed,
+    torch/utils/checkpoint.py non-reentrant recomputation); 0 otherwise. An estimate of what
+    the caching allocator holds beyond the stored activations.
     """
     ffn_width = (3 if mlp == "swiglu" else 2) * ffn_hidden / tp
     return tokens * (ffn_width + 2 * hidden) * act_bytes + recomputed_layer_bytes

@@ -108,16 +108,18 @@ class ActivationSizes:
 
         eager = eager_saved_bytes(scenario)
         full = layer("none") + eager
+        stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
+        # rebuilt while the block's backward runs: all of it (full), what the op policy did not keep (selective-op)
+        rebuilt = {"full": full, "selective-op": max(0.0, full - stored)}.get(train.recompute, 0.0)
         workspace = backward_workspace_bytes(
             tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp, tp=shard.tp, act_bytes=shard.elem,
-            recomputed_layer_bytes=full if train.recompute == "full" else 0.0)
+            recomputed_layer_bytes=rebuilt)
         embedding = embedding_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, tp=par.tp,
                                                cp=par.cp, sequence_parallel=shard.sequence_parallel,
                                                dropout=m.dropout, act_bytes=shard.elem)
         logits = logits_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, vocab=m.vocab,
                                          tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                                          act_bytes=shard.elem, sp_keeps_gathered=par.sp_keeps_gathered_input)
-        stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
         loss = loss_workspace_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp, cross_entropy=train.cross_entropy)
         return cls(stored, full, workspace, embedding, logits, loss)
 
