@@ -103,6 +103,37 @@ def test_selective_op_compiled_keeps_only_what_the_backward_reads():
     assert sp == pytest.approx(16384 * 7952, rel=1e-12)
 
 
+def test_eager_fp32_loss_forward_holds_the_logits_and_their_fp32_copy():
+    """torchtitan's loss forward: bf16 logits (2 bytes) and pred.float() (4) beside the kept fp32
+    log-softmax, both gone before the backward: 6*T*V/t. T = 16384, V = 128256: 6 * 16384 * 128256 =
+    12 608 077 824 bytes; t = 8: /8. fp32 logits need no copy: 4*T*V. Fused kernels: 0."""
+    from simulator.costs.memory import loss_forward_transient_bytes
+
+    assert loss_forward_transient_bytes(tokens=16384, vocab=128256, cross_entropy="eager-fp32") == 12608077824
+    assert loss_forward_transient_bytes(tokens=16384, vocab=128256, tp=8, cross_entropy="eager-fp32") == (
+        12608077824 / 8)
+    assert loss_forward_transient_bytes(tokens=16384, vocab=128256, cross_entropy="eager-fp32",
+                                        logits_bytes=4) == 4 * 16384 * 128256
+    assert loss_forward_transient_bytes(tokens=16384, vocab=128256, cross_entropy="fused") == 0.0
+
+
+def test_loss_transient_segment_stays_reserved_through_the_loss_backward():
+    """The caching allocator at the loss, in units of TV = T*V bytes (T = 4096, V = 32768:
+    TV = 128 MiB, every size a multiple of 2 MiB, so segments are the requests): the forward
+    allocates the 6 TV transient, keeps 4 TV of it (the tail is split off and freed), and the
+    backward's 8 TV workspace fits in no cached block: 6 + 8 = 14 TV reserved, while at most
+    4 + 8 = 12 TV are allocated. Replay through simulator.results.reserved with zero-time rows."""
+    from simulator.results.reserved import reserved_peak
+    from simulator.results.rows import Row
+
+    tv = 4096 * 32768.0
+    rows = [Row(0, "compute", "logits.fwd", "compute", 0.0, 1.0, None, ((0.0, 6 * tv, "activations"),
+                                                                        (1.0, -2 * tv, "activations"))),
+            Row(0, "compute", "logits.bwd", "compute", 2.0, 3.0, None, ((2.0, 8 * tv, "activations"),
+                                                                        (3.0, -12 * tv, "activations")))]
+    assert reserved_peak({}, rows, 80 * 2**30) == 14 * tv
+
+
 def test_eager_fp32_cross_entropy_workspace():
     """cross_entropy(pred.float()) in eager PyTorch: the backward holds nll_loss's fp32 T x V gradient
     and log_softmax_backward's fp32 result beside the kept fp32 log-softmax: 8*T*V/t bytes more.

@@ -32,6 +32,7 @@ __all__ = [
     "op_policy_saved_matmuls",
     "op_policy_kept_matmuls",
     "loss_workspace_bytes",
+    "loss_forward_transient_bytes",
 ]
 
 # torchtitan's op-level selective activation checkpointing (``selective_ac_option = 'op'``):
@@ -276,3 +277,17 @@ def loss_workspace_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entrop
     if cross_entropy in ("fused", "megatron"):
         return 0.0
     return (8.0 if tp == 1 else 12.0) * tokens * vocab / tp
+
+
+def loss_forward_transient_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entropy: str = "fused",
+                                 logits_bytes: float = 2.0) -> float:
+    """Bytes the loss forward holds beside what it keeps, freed before the backward: with
+    ``eager-fp32`` the output projection's ``T*V/t`` logits (``logits_bytes`` each; torchtitan
+    ``del pred`` before ``loss.backward()``, pytorch/torchtitan@9dec370 train.py:303-308) and
+    their fp32 copy (``pred.float()``, train.py:131-134; freed once ``log_softmax`` has made
+    its output; none when the logits are fp32 already): ``(e + 4) * T * V / t``. The fused
+    kernels (``fused``, ``megatron``) hold no copy (0)."""
+    if cross_entropy in ("fused", "megatron"):
+        return 0.0
+    copy = 0.0 if logits_bytes == 4 else 4.0
+    return (logits_bytes + copy) * tokens * vocab / tp

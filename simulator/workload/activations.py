@@ -17,6 +17,7 @@ from simulator.costs.memory import (
     embedding_activation_bytes,
     layer_activation_bytes,
     logits_activation_bytes,
+    loss_forward_transient_bytes,
     loss_workspace_bytes,
     model_state_bytes_per_param,
 )
@@ -83,7 +84,8 @@ def eager_saved_bytes(scenario: Scenario) -> float:
 class ActivationSizes:
     """Bytes one rank stores per micro-batch (``per_layer`` under the recompute policy,
     ``full_layer`` without it), the transient ``backward_workspace`` of one block and the
-    ``loss_workspace`` of the logits unit's backward."""
+    ``loss_workspace`` of the logits unit's backward; ``loss_transient``, what the logits
+    unit's forward holds from its start to its end beyond what it keeps."""
 
     per_layer: float
     full_layer: float
@@ -91,6 +93,7 @@ class ActivationSizes:
     embedding: float
     logits: float
     loss_workspace: float = 0.0
+    loss_transient: float = 0.0
 
     @classmethod
     def of(cls, scenario: Scenario) -> ActivationSizes:
@@ -121,11 +124,17 @@ class ActivationSizes:
                                          tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                                          act_bytes=shard.elem, sp_keeps_gathered=par.sp_keeps_gathered_input)
         loss = loss_workspace_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp, cross_entropy=train.cross_entropy)
-        return cls(stored, full, workspace, embedding, logits, loss)
+        transient = loss_forward_transient_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp,
+                                                 cross_entropy=train.cross_entropy, logits_bytes=shard.elem)
+        return cls(stored, full, workspace, embedding, logits, loss, transient)
 
     def stored(self, kind: str) -> float:
         """Bytes a unit of ``kind`` stores for its backward."""
         return {"embedding": self.embedding, "logits": self.logits, "block": self.per_layer}[kind]
+
+    def forward_transient(self, kind: str) -> float:
+        """Bytes a unit's forward holds beside what it keeps, freed at its end."""
+        return self.loss_transient if kind == "logits" else 0.0
 
     def workspace(self, kind: str) -> float:
         """Transient bytes of a unit's backward beyond what it stored."""
