@@ -82,6 +82,58 @@ def test_selective_op_under_tp_and_sp():
     assert got == pytest.approx(16384 * 17168, rel=1e-12)
 
 
+def test_selective_op_compiled_keeps_only_what_the_backward_reads():
+    """torch.compile's partitioner saves a MUST_SAVE output only when the backward reads it; w2's
+    output feeds only the residual add. Llama 3.1 8B, T = 16384: eager 63616 bytes per token (above),
+    compiled 63616 - 2*4096 = 55424 (a 134 217 728-byte, 128 MiB, difference per block). tp = 8 with
+    SP: eager 17168; compiled drops w2's full-width partial sum 2*4096 and the reduce-scatter after
+    it 2*512: 17168 - 8192 - 1024 = 7952 bytes per token. (Checked with torch 2.13 on CPU,
+    backend aot_eager_decomp_partition over a torchtitan-shaped block under the op policy: the
+    compiled graph saves x, q, v, the SDPA output and log-sum-exp and w1's output; the eager
+    checkpoint's cache holds those and w2's output.)"""
+    from simulator.costs.memory import op_policy_kept_matmuls
+
+    assert op_policy_kept_matmuls("swiglu", compiled=True) == {"wq", "wv", "w1"}
+    assert op_policy_kept_matmuls("swiglu", compiled=False) == {"wq", "wv", "w1", "w2"}
+    assert op_policy_kept_matmuls("gelu", compiled=True) == {"wq", "wv", "fc1"}
+    one = layer_activation_bytes(**LLAMA8B, recompute="selective-op", flash_attention=True, compiled=True)
+    assert one == pytest.approx(16384 * 55424, rel=1e-12)
+    sp = layer_activation_bytes(**LLAMA8B, tp=8, sequence_parallel=True, recompute="selective-op",
+                                flash_attention=True, compiled=True)
+    assert sp == pytest.approx(16384 * 7952, rel=1e-12)
+
+
+def test_eager_fp32_loss_forward_holds_the_logits_and_their_fp32_copy():
+    """torchtitan's loss forward: bf16 logits (2 bytes) and pred.float() (4) beside the kept fp32
+    log-softmax, both gone before the backward: 6*T*V/t. T = 16384, V = 128256: 6 * 16384 * 128256 =
+    12 608 077 824 bytes; t = 8: /8. fp32 logits need no copy: 4*T*V. Fused kernels: 0."""
+    from simulator.costs.memory import loss_forward_transient_bytes
+
+    assert loss_forward_transient_bytes(tokens=16384, vocab=128256, cross_entropy="eager-fp32") == 12608077824
+    assert loss_forward_transient_bytes(tokens=16384, vocab=128256, tp=8, cross_entropy="eager-fp32") == (
+        12608077824 / 8)
+    assert loss_forward_transient_bytes(tokens=16384, vocab=128256, cross_entropy="eager-fp32",
+                                        logits_bytes=4) == 4 * 16384 * 128256
+    assert loss_forward_transient_bytes(tokens=16384, vocab=128256, cross_entropy="fused") == 0.0
+
+
+def test_loss_transient_segment_stays_reserved_through_the_loss_backward():
+    """The caching allocator at the loss, in units of TV = T*V bytes (T = 4096, V = 32768:
+    TV = 128 MiB, every size a multiple of 2 MiB, so segments are the requests): the forward
+    allocates the 6 TV transient, keeps 4 TV of it (the tail is split off and freed), and the
+    backward's 8 TV workspace fits in no cached block: 6 + 8 = 14 TV reserved, while at most
+    4 + 8 = 12 TV are allocated. Replay through simulator.results.reserved with zero-time rows."""
+    from simulator.results.reserved import reserved_peak
+    from simulator.results.rows import Row
+
+    tv = 4096 * 32768.0
+    rows = [Row(0, "compute", "logits.fwd", "compute", 0.0, 1.0, None, ((0.0, 6 * tv, "activations"),
+                                                                        (1.0, -2 * tv, "activations"))),
+            Row(0, "compute", "logits.bwd", "compute", 2.0, 3.0, None, ((2.0, 8 * tv, "activations"),
+                                                                        (3.0, -12 * tv, "activations")))]
+    assert reserved_peak({}, rows, 80 * 2**30) == 14 * tv
+
+
 def test_eager_fp32_cross_entropy_workspace():
     """cross_entropy(pred.float()) in eager PyTorch: the backward holds nll_loss's fp32 T x V gradient
     and log_softmax_backward's fp32 result beside the kept fp32 log-softmax: 8*T*V/t bytes more.

@@ -218,3 +218,29 @@ def test_fsdp_without_gradient_sync_reduces_once_and_holds_unsharded_gradients()
     assert saved == pytest.approx(3 * 63 / 64 * psi * 2, rel=1e-9)
     assert sync.memory[0].grads_bytes == pytest.approx(2 * psi / 64, rel=1e-9)
     assert no_sync.memory[0].grads_bytes == pytest.approx(2 * psi + 2 * psi / 64, rel=1e-9)
+
+
+def test_fsdp2_copies_each_all_gather_out_into_per_parameter_tensors():
+    """FSDP2's buffers (fsdp.py docstring): a GPT-3 125M block (h = 768, F = 3072, biases) has
+    6 parameter tensors of 2 bytes per element: ln1 and ln2 2*768 = 1536 elements (3072 B each),
+    qkv 768*2304 + 2304 = 1,771,776 (3,543,552 B), proj 768*768 + 768 = 590,592 (1,181,184 B),
+    fc1 768*3072 + 3072 = 2,362,368 (4,724,736 B), fc2 3072*768 + 768 = 2,360,064
+    (4,720,128 B): 14,175,744 B, the size of the block's flat all-gather output. Forward: block
+    2's copy-out frees block 1's flat output (held until the next copy-out) and allocates the six
+    tensors; block 1's frees the root embedding's, (50257 + 2048) * 768 * 2 = 80,340,480 B.
+    Backward: a block's copy-out frees its own flat output. Releases free the six tensors."""
+    from simulator.workload import build_workload, compute_profile
+
+    sc = simulator.Scenario.model_validate(small_scenario(parallelism={"sharding": "fsdp"},
+                                                          training={"micro_batch": 1, "global_batch": 16}))
+    program = build_workload(sc, compute_profile(sc.cluster.gpu_spec, None), gpus_per_node=8).build()
+    tasks = [t for t in program.tasks if t.rank == 0]
+    block = [3072.0, 3543552.0, 1181184.0, 3072.0, 4724736.0, 4720128.0]
+    assert sum(block) == 14175744.0
+    copy_outs = [[d.nbytes for d in t.mem] for t in tasks if t.name == "copy_out.u2"]
+    assert copy_outs == [[-14175744.0, *block]] * 2  # forward (block 1's flat), backward (its own)
+    assert next(d.nbytes for t in tasks if t.name == "copy_out.u1" for d in t.mem) == -80340480.0
+    flat = [t.mem[0].nbytes for t in tasks if t.name.endswith("allgather.u2")]
+    assert flat == [14175744.0] * 2 and all(t.stream == "shard" for t in tasks if "allgather" in t.name)
+    releases = [[d.nbytes for d in t.mem] for t in tasks if t.name == "release.u2"]
+    assert releases == [[-b for b in block]] * 2

@@ -41,8 +41,9 @@ def test_block_kernels_follow_compile():
 
 
 def test_eager_keeps_fp32_copies_only_without_recompute():
-    """Eager, no recompute: 4 bytes x (2 norms x T*h + T*(32+8)*128) = 4 * (2*1024*4096 + 1024*5120)."""
-    assert eager_saved_bytes(_llama(False)) == 4 * (2 * 1024 * 4096 + 1024 * 5120)
+    """Eager, no recompute: 4 bytes x 2 norms x T*h = 4 * 2*1024*4096 (the fp32 norm inputs; rotary's
+    complex multiply keeps only the frequency table, simulator/costs/elementwise.py)."""
+    assert eager_saved_bytes(_llama(False)) == 4 * 2 * 1024 * 4096
     assert eager_saved_bytes(_llama(True)) == 0.0
     eager, compiled = simulator.simulate(_llama(False)), simulator.simulate(_llama(True))
     assert eager.step_time_s > compiled.step_time_s  # more HBM passes
@@ -100,3 +101,18 @@ def test_op_policy_step_costs_its_recompute():
     full recomputation (a whole forward again)."""
     times = {r: simulator.simulate(_llama(True, r)).step_time_s for r in ("none", "selective-op", "full")}
     assert times["none"] < times["selective-op"] < times["full"]
+
+
+def test_op_policy_backward_rebuilds_what_it_did_not_keep():
+    """Llama 3 8B, T = 1024, flash, tp = 1, bf16, per token. Whole block (compiled): norms' inputs and
+    outputs 8h, q and the attention output 4h, k and v 4kv, w1, w3 and their product 6F, the fp32
+    log-sum-exp 4*32: 32768 + 16384 + 4096 + 86016 + 128 = 139392; eager adds the norms' fp32 inputs
+    4*2h = 32768: 172160. Kept by the op policy: 55424 compiled, 63616 eager (tests/test_memory.py).
+    The backward workspace is the gradients' (3F + 2h) * 2 = 102400 plus what is rebuilt:
+    102400 + 139392 - 55424 = 186368 compiled, 102400 + 172160 - 63616 = 210944 eager."""
+    from simulator.workload.activations import ActivationSizes
+
+    for compile_, per_token in ((True, 186368), (False, 210944)):
+        sizes = ActivationSizes.of(_llama(compile_, recompute="selective-op"))
+        assert sizes.per_layer == 1024 * (55424 if compile_ else 63616)
+        assert sizes.backward_workspace == 1024 * per_token

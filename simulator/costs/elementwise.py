@@ -18,9 +18,22 @@ pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b:
   (4 + 4; the frequency table is small), ``type_as`` (4 + e): ``16 + 2e``; fused: ``2e``.
 
 What eager autograd keeps for the backward beyond the fused kernel's tensors, per element,
-when the op is not recomputed: RMSNorm's fp32 copy of its input (``pow`` and the multiply
-save ``x.float()``): 4; rotary's fp32 complex query/key (the complex multiply saves it): 4.
-SwiGLU saves its two inputs and the SiLU output either way.
+when the op is not recomputed. Autograd saves an op's input only for the gradient that needs
+it (PyTorch tools/autograd/derivatives.yaml: ``pow.Tensor_Scalar`` saves ``self``; ``rsqrt``
+its ``result``; ``mul.Tensor`` saves ``other`` for ``self``'s gradient and ``self`` for
+``other``'s, each only when that gradient is required):
+
+* RMSNorm: ``pow`` and ``x * rsqrt(...)`` save the fp32 ``x.float()`` (4 per element); the
+  multiply by the weight saves the 16-bit normalized tensor (e); the 16-bit input itself is
+  no longer kept (``float()`` saves nothing): ``4 + e - e`` = 4 beyond the fused kernel's
+  input and output.
+* rotary: ``xq_ * freqs_cis`` saves only ``freqs_cis`` (the query needs ``other``; the
+  frequencies need no gradient), so the fp32 complex query and key are not kept: 0.
+* SwiGLU saves its two inputs and the SiLU output either way.
+
+Checked on torch 2.13 (CPU) with ``torch.autograd.graph.saved_tensors_hooks`` over a
+torchtitan-shaped bf16 block: the saved fp32 tensors are the two norms' ``x.float()`` and
+``rsqrt`` outputs, the complex tensors only the frequency table.
 
 The loss (:func:`cross_entropy_bytes_per_element`, per element of the rank's ``T x V/t`` logits):
 
@@ -44,7 +57,7 @@ from __future__ import annotations
 __all__ = ["rmsnorm_bytes_per_element", "swiglu_bytes_per_element", "rotary_bytes_per_element",
            "cross_entropy_bytes_per_element", "EAGER_SAVED_FP32_BYTES"]
 
-EAGER_SAVED_FP32_BYTES = 4.0  # the fp32 copy eager RMSNorm and rotary keep per element (see above)
+EAGER_SAVED_FP32_BYTES = 4.0  # the fp32 copy eager RMSNorm keeps per element (see above)
 
 
 def rmsnorm_bytes_per_element(act_bytes: float, *, eager: bool) -> float:

@@ -30,7 +30,9 @@ __all__ = [
     "backward_workspace_bytes",
     "block_matmuls",
     "op_policy_saved_matmuls",
+    "op_policy_kept_matmuls",
     "loss_workspace_bytes",
+    "loss_forward_transient_bytes",
 ]
 
 # torchtitan's op-level selective activation checkpointing (``selective_ac_option = 'op'``):
@@ -56,6 +58,20 @@ def op_policy_saved_matmuls(mlp: str) -> frozenset[str]:
     ``Float8Linear`` calls ``torch.mm`` on its float8 tensor subclass, and a dispatch mode (the
     policy's) sees ``aten.mm`` before the subclass turns it into ``_scaled_mm``."""
     return frozenset(name for i, name in enumerate(block_matmuls(mlp), start=1) if i % 2 == 1)
+
+
+def op_policy_kept_matmuls(mlp: str, *, compiled: bool) -> frozenset[str]:
+    """The matmul outputs a block keeps for its backward under the op policy. Eager: every
+    output the policy saves, needed or not (the checkpoint's caching dispatch mode stores each
+    MUST_SAVE op's output when it runs, ``_CachingTorchDispatchMode.__torch_dispatch__`` in
+    torch/utils/checkpoint.py, torch 2.13). torch.compile: only those the backward needs
+    (AOTAutograd's min-cut partitioner, ``min_cut_rematerialization_partition`` in
+    torch/_functorch/partitioners.py, torch 2.13: MUST_SAVE only bans a node's recomputation,
+    ``should_ban_recomputation``; the saved values are the cut between the forward's inputs
+    and what the backward reads). The block's last matmul (w2 / fc2) feeds only the residual
+    add, whose backward reads no input, so its output is not kept: {wq, wv, w1} with SwiGLU."""
+    saved = op_policy_saved_matmuls(mlp)
+    return saved - {block_matmuls(mlp)[-1]} if compiled else saved
 
 @dataclass(frozen=True)
 class ModelStateBytes:
@@ -119,6 +135,7 @@ def layer_activation_bytes(
     act_bytes: int = 2,
     fp8_inputs: bool = False,
     sp_keeps_gathered: bool = False,
+    compiled: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
 
@@ -135,7 +152,9 @@ def layer_activation_bytes(
       checkpoint's input (``2*s*b*h``, ``/t`` with SP), the saved matmul outputs (q ``h/t``,
       v ``kv/t``, w1 ``F/t`` column-parallel; w2 row-parallel, a full-width ``h`` partial sum
       before its reduction), the SDPA output (``h/t``) and fp32 log-sum-exp (``4*b*a*s/t``)
-      with a fused kernel, and under SP the two reduce-scatter outputs (``h/t`` each);
+      with a fused kernel, and under SP the two reduce-scatter outputs (``h/t`` each); with
+      ``compiled`` (torch.compile) only the outputs the backward reads
+      (:func:`op_policy_kept_matmuls`): not w2's, nor under SP the reduce-scatter after it;
 
     FlashAttention never stores the ``a*s*s`` score/softmax/dropout tensors (Dao et al.
     2022) but keeps the fp32 log-sum-exp, ``4*b*a*s/t`` bytes. Context parallelism keeps
@@ -160,7 +179,7 @@ def layer_activation_bytes(
         return e * sbh / shard_rep
     if recompute == "selective-op":
         return _op_policy_bytes(s, batch, hidden, heads, kv_width, ffn_hidden, mlp, tp, sequence_parallel,
-                                flash_attention, e)
+                                flash_attention, e, compiled)
     g = 1.0 if fp8_inputs else e  # bytes of a kept linear input (norm outputs, fc2's input)
     # replicated across tp unless sequence parallel: LN inputs and outputs, dropout masks
     replicated = (e + g + mask + e + g + mask) * sbh
@@ -182,14 +201,15 @@ def layer_activation_bytes(
 
 
 def _op_policy_bytes(s: float, batch: int, hidden: int, heads: int, kv_width: int, ffn_hidden: int, mlp: str,
-                     tp: int, sequence_parallel: bool, flash: bool, e: float) -> float:
+                     tp: int, sequence_parallel: bool, flash: bool, e: float, compiled: bool) -> float:
     """What torchtitan's op policy keeps of one block (see :func:`layer_activation_bytes`)."""
     sb = s * batch
     widths = {"wq": hidden / tp, "wk": kv_width / tp, "wv": kv_width / tp, "wo": hidden,
               "w1": ffn_hidden / tp, "w3": ffn_hidden / tp, "w2": hidden, "fc1": ffn_hidden / tp, "fc2": hidden}
-    saved = sum(widths[name] for name in op_policy_saved_matmuls(mlp))
+    saved = sum(widths[name] for name in op_policy_kept_matmuls(mlp, compiled=compiled))
     sdpa = (hidden / tp * e + 4.0 * heads / tp) if flash else 0.0  # output + fp32 log-sum-exp per token
-    reduce_scatter = 2.0 * hidden / tp * e if sequence_parallel and tp > 1 else 0.0
+    # the reduce-scatters after wo and w2; compiled keeps only the first (the second feeds the residual add)
+    reduce_scatter = (1.0 if compiled else 2.0) * hidden / tp * e if sequence_parallel and tp > 1 else 0.0
     block_input = e * hidden / (tp if sequence_parallel else 1)
     return sb * (block_input + e * saved + sdpa + reduce_scatter)
 
@@ -226,8 +246,11 @@ def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp
     SwiGLU's gate, up and product, ``2F/t`` with GELU's input and output) and the layer's
     input and output (``2h``), over the rank's ``tokens`` (b*s/cp): ``tokens * (ffn_width +
     2h) * act_bytes``; plus ``recomputed_layer_bytes``, the layer's own activations rebuilt
-    by full recomputation while its backward runs (0 otherwise). An estimate of what the
-    caching allocator holds beyond the stored activations.
+    by recomputation while its backward runs: all of them under full recomputation; under
+    torchtitan's op policy those it did not keep (the checkpoint re-runs the block's forward
+    in the backward and autograd holds what the backward reads until it is consumed,
+    torch/utils/checkpoint.py non-reentrant recomputation); 0 otherwise. An estimate of what
+    the caching allocator holds beyond the stored activations.
     """
     ffn_width = (3 if mlp == "swiglu" else 2) * ffn_hidden / tp
     return tokens * (ffn_width + 2 * hidden) * act_bytes + recomputed_layer_bytes
@@ -254,3 +277,17 @@ def loss_workspace_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entrop
     if cross_entropy in ("fused", "megatron"):
         return 0.0
     return (8.0 if tp == 1 else 12.0) * tokens * vocab / tp
+
+
+def loss_forward_transient_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entropy: str = "fused",
+                                 logits_bytes: float = 2.0) -> float:
+    """Bytes the loss forward holds beside what it keeps, freed before the backward: with
+    ``eager-fp32`` the output projection's ``T*V/t`` logits (``logits_bytes`` each; torchtitan
+    ``del pred`` before ``loss.backward()``, pytorch/torchtitan@9dec370 train.py:303-308) and
+    their fp32 copy (``pred.float()``, train.py:131-134; freed once ``log_softmax`` has made
+    its output; none when the logits are fp32 already): ``(e + 4) * T * V / t``. The fused
+    kernels (``fused``, ``megatron``) hold no copy (0)."""
+    if cross_entropy in ("fused", "megatron"):
+        return 0.0
+    copy = 0.0 if logits_bytes == 4 else 4.0
+    return (logits_bytes + copy) * tokens * vocab / tp

@@ -10,7 +10,9 @@ it (:mod:`simulator.costs.allocator`):
   on a stream of its own per kind: FSDP2 allocates the all-gather output on its copy-in
   stream, apart from the default stream ("avoid inter-stream fragmentation from using
   separate unshard streams", ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``,
-  ``FSDPCommContext.lazy_init``, pytorch@002a76fbfea0ac0f199e4b8e2a0691074796c908); the
+  ``FSDPCommContext.lazy_init``, pytorch@002a76fbfea0ac0f199e4b8e2a0691074796c908), and its
+  copy-out allocates the unsharded parameter tensors on the default stream (a marker, see
+  :mod:`simulator.workload.data_parallel.fsdp`); the
   input of a gradient reduction (reduce-scatter, all-reduce) is copied in on the default
   stream before the collective's stream waits on it (``foreach_reduce`` in
   ``_fsdp_collectives.py``, pytorch@010ae4a89516fa3be548ab16dff711414ec12d0b; since

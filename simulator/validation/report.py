@@ -273,9 +273,13 @@ MODEL_NOTES = [
     "memory: dtsim's reserved peak (its allocations replayed through the caching allocator model, without the "
     "1 GiB runtime reserve) against the reserved peak torchtitan logs; every record is predicted low, the 405B "
     "pipelined rows most. The model sees segment rounding, the all-gather stream's own cache and the splitting "
-    "of cached blocks, at dtsim's granularity (a layer's saved activations are one allocation): fragmentation "
-    "between the tensors of one layer, the context-parallel all-gather buffers and eager-mode temporaries (the "
-    "eager rows sit about 5 GiB above their compiled twins, which dtsim predicts alike) are not modelled.",
+    "of cached blocks, at dtsim's granularity (a layer's saved activations are one allocation), FSDP2's flat "
+    "all-gather output beside the copied-out parameters, the loss forward's bf16 logits and fp32 copy, and what "
+    "each mode keeps under the op policy: eager's checkpoint caches every saved matmul output, torch.compile's "
+    "partitioner only those the backward reads (not w2's; 4 GiB over the 8B's 32 blocks, the measured eager rows "
+    "sitting 5.0 to 5.4 GiB above their compiled twins). Not modelled: fragmentation between the tensors of one "
+    "layer, the context-parallel all-gather buffers, the pipeline schedule's hold on each micro-batch's output, "
+    "and what a compiled loss (the H200 runs) keeps.",
     "- **Collectives**: only the 2 x p4de nccl-tests curve is in the public set; H100 NVLink SHARP and p5 EFA "
     "curves are not checked against measurements. On p4de every size runs NCCL's Simple protocol "
     "(aws-ofi-nccl sets NCCL_PROTO=simple there). 8 and 16 MiB resist (tree/Simple predicted 14% and 18% "

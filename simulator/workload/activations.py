@@ -17,6 +17,7 @@ from simulator.costs.memory import (
     embedding_activation_bytes,
     layer_activation_bytes,
     logits_activation_bytes,
+    loss_forward_transient_bytes,
     loss_workspace_bytes,
     model_state_bytes_per_param,
 )
@@ -70,23 +71,21 @@ def shard_of(scenario: Scenario) -> Shard:
 def eager_saved_bytes(scenario: Scenario) -> float:
     """What eager PyTorch autograd keeps per block and micro-batch beyond the fused kernels'
     tensors (``training.compile: false``): the fp32 copy of each RMSNorm's input (two norms,
-    ``Tn*h`` elements each) and of the rotary query and key (``T*(a+kv)*d/t``), 4 bytes each
-    (:mod:`simulator.costs.elementwise`). Kept only where the block is not recomputed."""
+    ``Tn*h`` elements each), 4 bytes each (:mod:`simulator.costs.elementwise`). The rotary
+    embedding keeps nothing of its own: its complex multiply saves only the frequency table.
+    Kept only where the block is not recomputed."""
     m = scenario.model
-    if scenario.training.compile is not False:
+    if scenario.training.compile is not False or m.norm != "rmsnorm":
         return 0.0
-    shard = shard_of(scenario)
-    elements = 2.0 * shard.norm_tokens * m.hidden if m.norm == "rmsnorm" else 0.0
-    if m.position_embedding == "rotary":
-        elements += shard.tokens * (m.heads + m.n_kv_heads) * m.head_dim / shard.tp
-    return EAGER_SAVED_FP32_BYTES * elements
+    return EAGER_SAVED_FP32_BYTES * 2.0 * shard_of(scenario).norm_tokens * m.hidden
 
 
 @dataclass(frozen=True)
 class ActivationSizes:
     """Bytes one rank stores per micro-batch (``per_layer`` under the recompute policy,
     ``full_layer`` without it), the transient ``backward_workspace`` of one block and the
-    ``loss_workspace`` of the logits unit's backward."""
+    ``loss_workspace`` of the logits unit's backward; ``loss_transient``, what the logits
+    unit's forward holds from its start to its end beyond what it keeps."""
 
     per_layer: float
     full_layer: float
@@ -94,6 +93,7 @@ class ActivationSizes:
     embedding: float
     logits: float
     loss_workspace: float = 0.0
+    loss_transient: float = 0.0
 
     @classmethod
     def of(cls, scenario: Scenario) -> ActivationSizes:
@@ -106,27 +106,35 @@ class ActivationSizes:
                 ffn_hidden=m.ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                 recompute=recompute, flash_attention=shard.flash, dropout=m.dropout,
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
-                sp_keeps_gathered=par.sp_keeps_gathered_input,
+                sp_keeps_gathered=par.sp_keeps_gathered_input, compiled=train.compile is True,
             )
 
         eager = eager_saved_bytes(scenario)
         full = layer("none") + eager
+        stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
+        # rebuilt while the block's backward runs: all of it (full), what the op policy did not keep (selective-op)
+        rebuilt = {"full": full, "selective-op": max(0.0, full - stored)}.get(train.recompute, 0.0)
         workspace = backward_workspace_bytes(
             tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp, tp=shard.tp, act_bytes=shard.elem,
-            recomputed_layer_bytes=full if train.recompute == "full" else 0.0)
+            recomputed_layer_bytes=rebuilt)
         embedding = embedding_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, tp=par.tp,
                                                cp=par.cp, sequence_parallel=shard.sequence_parallel,
                                                dropout=m.dropout, act_bytes=shard.elem)
         logits = logits_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, vocab=m.vocab,
                                          tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                                          act_bytes=shard.elem, sp_keeps_gathered=par.sp_keeps_gathered_input)
-        stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
         loss = loss_workspace_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp, cross_entropy=train.cross_entropy)
-        return cls(stored, full, workspace, embedding, logits, loss)
+        transient = loss_forward_transient_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp,
+                                                 cross_entropy=train.cross_entropy, logits_bytes=shard.elem)
+        return cls(stored, full, workspace, embedding, logits, loss, transient)
 
     def stored(self, kind: str) -> float:
         """Bytes a unit of ``kind`` stores for its backward."""
         return {"embedding": self.embedding, "logits": self.logits, "block": self.per_layer}[kind]
+
+    def forward_transient(self, kind: str) -> float:
+        """Bytes a unit's forward holds beside what it keeps, freed at its end."""
+        return self.loss_transient if kind == "logits" else 0.0
 
     def workspace(self, kind: str) -> float:
         """Transient bytes of a unit's backward beyond what it stored."""

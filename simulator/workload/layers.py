@@ -69,8 +69,9 @@ class LayerEmitter:
         replays its forward first), with the activation bytes each allocates and frees."""
         kind, layer = self.layout.unit_kind(unit)
         stored = self.activations.stored(kind)
-        if phase == "fwd":
-            return [Job(kind, "fwd", layer, self.steps(kind, "fwd"), 0.0, stored)]
+        if phase == "fwd":  # a transient (the loss's logits and their copy) from the start, kept part at the end
+            transient = self.activations.forward_transient(kind)
+            return [Job(kind, "fwd", layer, self.steps(kind, "fwd"), transient, stored - transient)]
         jobs = []
         if kind == "block" and self.sc.training.recompute == "full":
             jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd"), 0.0, 0.0))

@@ -16,7 +16,8 @@ at the moment the first steady-state backward starts (where 1F1B-like schedules 
   ``(p - stage - 1) * 2 + (v - 1) * p`` plus one chunk, capped at ``m * v``, in chunks of
   ``layers / (p * v)`` layers);
 * one layer's backward workspace (the gradients of its largest activations; with ``full``
-  recomputation also the layer's recomputed activations), the workload's own
+  recomputation also the layer's recomputed activations, with ``selective-op`` those the
+  policy did not keep), the workload's own
   :class:`~simulator.workload.activations.ActivationSizes`, and for ZeRO-3 / FSDP / HSDP / MiCS that layer's gathered parameters.
 
 It leaves out what is transient and depends on timing (parameters prefetched for the next

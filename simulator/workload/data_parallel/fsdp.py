@@ -11,6 +11,19 @@ shared/REFERENCE.md §4).
 each unit's unsharded gradient accumulates over the micro-batches, in the reduce dtype (FSDP2
 ``FSDPParam.to_accumulated_grad_if_needed`` upcasts it when ``reduce_dtype`` differs from
 the parameter dtype), and is reduce-scattered after the unit's last backward only.
+
+Buffers, as FSDP2 makes them (``torch/distributed/_composable/fsdp/_fsdp_param_group.py``
+``unshard`` / ``wait_for_unshard`` and ``_fsdp_collectives.py`` ``foreach_all_gather`` /
+``foreach_all_gather_copy_out``, pytorch@012c62d62004bbd4896475c11315199d43b037ef): the
+all-gather writes one flat output, allocated on the all-gather stream when it is issued; when
+the unit's compute is reached (``pre_forward`` / ``pre_backward``), the copy-out allocates
+each parameter's unsharded tensor on the default stream (``alloc_all_gather_outputs``) and
+copies into them (``split_with_sizes_copy``); the flat output is then freed, in backward at
+once, in forward only at the next unit's copy-out ("to overlap the current copy-out with the
+next all-gather, we save a reference to the current all-gather result to free after the next
+copy-out"; the last forward's is held until the next forward copy-out). Resharding frees the
+unsharded parameter tensors. A unit whose parameters are still unsharded is not gathered
+again (``unshard`` is a no-op), so it has no copy-out either.
 """
 
 from __future__ import annotations
@@ -18,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.ir import MemDelta
-from simulator.workload.data_parallel.base import grad_reduce_bytes
+from simulator.workload.data_parallel.base import gathered_bytes_per_element, grad_reduce_bytes
 from simulator.workload.data_parallel.zero3 import Emit, Zero3
 
 __all__ = ["FSDP"]
@@ -55,6 +68,37 @@ class FSDP(Zero3):
 
     def needs_gather(self, unit: int, phase: str) -> bool:
         return phase == "fwd" or self.releases_after_forward(unit)
+
+    def _gather(self, emit: Emit, unit: int, phase: str, mb: int, elements: float, deps: list[int], tag: str) -> int:
+        """The all-gather, its flat output awaiting the copy-out (module docstring)."""
+        key = (phase, mb, unit)
+        nbytes = elements * self.gathered_bytes_per_element(emit.stage, unit)
+        emit.state.ag_outputs[key] = emit.state.ag_outputs.get(key, 0.0) + nbytes
+        return super()._gather(emit, unit, phase, mb, elements, deps, tag)
+
+    def unsharded_deltas(self, stage: int, unit: int, sign: float) -> tuple[MemDelta, ...]:
+        """One allocation (``sign`` +1) or free (-1) per unsharded parameter tensor of a unit."""
+        return tuple(MemDelta(sign < 0, sign * p.numel * gathered_bytes_per_element(self.scenario, [p]), "buffers")
+                     for p in self.layout.unit_params(stage, unit) if p.numel > 0)
+
+    def release_deltas(self, stage: int, unit: int) -> tuple[MemDelta, ...]:
+        return self.unsharded_deltas(stage, unit, -1.0)
+
+    def before(self, emit: Emit, unit: int, phase: str, mb: int, deps: list[int]) -> list[int]:
+        """The unit's gathering (:class:`Zero3`), then FSDP2's copy-out of a fresh all-gather
+        when the compute is reached: free the flat output it no longer needs (forward: the
+        previous unit's, held till now; backward: its own), allocate the unsharded tensors."""
+        out = super().before(emit, unit, phase, mb, deps)
+        state = emit.state
+        flat = state.ag_outputs.pop((phase, mb, unit), 0.0)
+        if flat > 0:
+            if phase == "fwd":
+                freed, state.ag_held = state.ag_held, flat
+            else:
+                freed = flat
+            frees = (MemDelta(False, -freed, "buffers"),) if freed > 0 else ()
+            emit.marker(f"copy_out.u{unit}", out, frees + self.unsharded_deltas(emit.stage, unit, 1.0))
+        return out
 
     def reduce_bucket_elements(self) -> float:
         return 0.0  # each unit's flat gradient is reduce-scattered right after its backward

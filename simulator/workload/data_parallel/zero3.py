@@ -35,6 +35,9 @@ class GatherState:
     # units kept gathered after forward (no reshard): unit -> [its all-gather, micro-batches still holding it]
     kept: dict[int, list[int]] = field(default_factory=dict)
     accumulated: set[int] = field(default_factory=set)  # units whose unsharded gradients accumulate (no sync)
+    # FSDP2's all-gather outputs: bytes not yet copied out, by (phase, mb, unit); the last forward's, held
+    ag_outputs: dict[tuple[str, int, int], float] = field(default_factory=dict)
+    ag_held: float = 0.0
 
 
 Emit = RankEmitter[GatherState]
@@ -159,6 +162,12 @@ class Zero3(Strategy[GatherState]):
                                           algorithm=self.gather_algorithm(), mem=(MemDelta(False, nbytes, "buffers"),),
                                           category="shard"), deps)
 
+    def release_deltas(self, stage: int, unit: int) -> tuple[MemDelta, ...]:
+        """Frees of a unit's gathered parameters when it is released: ZeRO-3 gathers into the
+        parameters themselves, so the all-gather's buffer (one allocation) is freed."""
+        size = self.gathered_numel(stage, unit) * self.gathered_bytes_per_element(stage, unit)
+        return (MemDelta(True, -size, "buffers"),)
+
     def before(self, emit: Emit, unit: int, phase: str, mb: int, deps: list[int]) -> list[int]:
         state = emit.state
         deps = [*deps, *state.wait]
@@ -216,7 +225,7 @@ class Zero3(Strategy[GatherState]):
         if self.shard_ranks > 1 and size > 0:
             gathered_now = (phase, mb, unit) in state.gathered
             if phase == "fwd" and gathered_now and self.releases_after_forward(unit):
-                emit.marker(f"release.u{unit}", [task], (MemDelta(True, -size, "buffers"),))
+                emit.marker(f"release.u{unit}", [task], self.release_deltas(emit.stage, unit))
             kept = ("fwd", mb, unit) in state.gathered and not self.releases_after_forward(unit)
             holder = state.kept.get(unit) if kept and phase == "bwd" else None
             if holder is not None:  # one copy shared by the micro-batches in flight: freed by the last
@@ -225,7 +234,7 @@ class Zero3(Strategy[GatherState]):
                 if kept:
                     del state.kept[unit]
             if phase == "bwd" and (gathered_now or kept):
-                emit.marker(f"release.u{unit}", [task], (MemDelta(True, -size, "buffers"),))
+                emit.marker(f"release.u{unit}", [task], self.release_deltas(emit.stage, unit))
         if phase == "bwd":
             if self.shard_ranks > 1 and not self.prefetch_before(phase):
                 self._prefetch(emit, unit, phase, mb, [task])
