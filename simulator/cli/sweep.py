@@ -104,8 +104,9 @@ def _print_table(rows: list[dict[str, Any]], varied: list[str], csv_path: Path) 
 
     table = Table(title="results", title_justify="left")
     table.add_column("#", justify="right", no_wrap=True)
-    for name in varied:
-        table.add_column(safe(name.rsplit(".", 1)[-1]), justify="right", no_wrap=True)
+    short = [name.rsplit(".", 1)[-1] for name in varied]
+    for name, label in zip(varied, short, strict=True):  # the last segment, unless two fields share it
+        table.add_column(safe(label if short.count(label) == 1 else name), justify="right", no_wrap=True)
     for col in ("fits", "step", "MFU", "tokens/s"):
         table.add_column(col, justify="right", no_wrap=True)
     for row in rows[:_ROWS_SHOWN]:
