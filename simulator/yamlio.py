@@ -212,9 +212,11 @@ def error_from_validation(
     prefix: tuple[Any, ...] = (),
     model: type[BaseModel] | None = None,
 ) -> ScenarioError:
-    """The first error of a pydantic ValidationError as a located :class:`ScenarioError`."""
+    """The first error of a pydantic ValidationError as a located :class:`ScenarioError`; an
+    unknown field comes before any other error (a typo such as ``hiden`` also makes ``hidden``
+    missing: the typo is the news)."""
     errors = exc.errors(include_url=False)
-    err = errors[0]
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     own_loc, owner = _walk(model or exc_model(exc), _clean_loc(err["loc"]))
     loc = prefix + own_loc
     kind = err["type"]
@@ -226,7 +228,7 @@ def error_from_validation(
         allowed = ([info.alias or field for field, info in owner.model_fields.items() if not info.exclude]
                    if owner is not None else [])
         close = difflib.get_close_matches(name, allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else (f"; allowed: {', '.join(allowed)}" if allowed else "")
+        hint = f" (did you mean {close[0]!r}?)" if close else (f"; allowed: {', '.join(allowed)}" if allowed else "")
         foreign = getattr(owner, "foreign_field_hint", None)
         other = foreign(name) if foreign is not None else None
         if other:

@@ -1,6 +1,6 @@
 """``dtsim``: the command line (typer + rich), one module per command.
 
-    dtsim run | sweep | search | schema | topo | collective | validate | calibrate
+    dtsim run | fit | diff | sweep | search | schema | topo | collective | validate | calibrate | import
 
 :mod:`~simulator.cli.application` holds the typer application and :func:`main` (the console script
 ``dtsim = simulator.cli:main``); :mod:`~simulator.cli.common` the consoles and the

@@ -15,7 +15,9 @@ import typer
 
 from simulator.cli.calibrate import calibrate
 from simulator.cli.collective import collective
-from simulator.cli.common import debug_enabled, err_console, one_line, safe, set_debug
+from simulator.cli.common import console, debug_enabled, err_console, one_line, safe, set_debug
+from simulator.cli.diff import diff
+from simulator.cli.fit import fit
 from simulator.cli.import_cmd import import_app
 from simulator.cli.limits_option import LimitOption, apply_limit_options
 from simulator.cli.run import run
@@ -32,16 +34,29 @@ app = typer.Typer(
     name="dtsim",
     help="Discrete-event simulator of distributed deep-learning training.\n\n"
     "Run a scenario:  dtsim run scenarios/quickstart.yaml --set parallelism.tp=2\n\n"
+    "Does it fit?  dtsim fit scenarios/quickstart.yaml (memory estimate, no simulation)\n\n"
+    "Compare two results:  dtsim diff a.json b.json (from dtsim run --json)\n\n"
     "Exit codes: 0 success; 2 bad input (one line naming file, line and field); 1 an internal error "
     "(one line; rerun with --debug, or DTSIM_DEBUG=1, for the traceback).",
     no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from simulator.version import __version__
+
+        console.print(f"dtsim {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True,
+                                          help="print dtsim's version and exit")] = False,
     debug: Annotated[bool, typer.Option("--debug", envvar="DTSIM_DEBUG",
                                         help="print the full traceback of an error (also DTSIM_DEBUG=1)")] = False,
     limit: LimitOption = None,
@@ -50,7 +65,7 @@ def _options(
     apply_limit_options(limit)
 
 
-for command in (run, sweep, search, schema, topo, collective, validate):
+for command in (run, fit, diff, sweep, search, schema, topo, collective, validate):
     app.command()(command)
 # dtsim calibrate (simulator/cli/calibrate.py; PyTorch is imported only when it runs)
 app.command(name="calibrate")(calibrate)

@@ -20,7 +20,7 @@ from rich.markup import escape
 from simulator.errors import ScenarioError
 
 __all__ = ["console", "err_console", "fail", "guard", "cluster_spec", "safe", "printable", "one_line",
-           "debug_enabled", "set_debug", "check_output_file", "check_output_dir"]
+           "debug_enabled", "set_debug", "check_output_file", "check_output_dir", "print_table"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -53,6 +53,28 @@ def one_line(text: object, limit: int = 1200) -> str:
     any message dtsim writes, short enough that a hostile value cannot flood the terminal)."""
     flat = re.sub(r"\s*\n\s*", " ", str(text)).strip()
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def print_table(table: Any, out: Console | None = None) -> None:
+    """Print a rich table without cutting a cell: give its columns ``no_wrap=True`` (numbers) or
+    ``overflow="fold"`` (text, folded onto more lines). When the terminal is too narrow for the
+    no-wrap columns (rich would end a cell with an ellipsis), the table is printed as wide as it
+    needs (the terminal wraps the lines; nothing is cut). Not on a terminal, at least 132 columns."""
+    import io
+
+    out = out or console
+    width = out.width if out.is_terminal else max(out.width, 132)
+    while width < 1000:
+        probe = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+        probe.print(table)
+        if "\u2026" not in probe.file.getvalue():  # type: ignore[attr-defined]
+            break
+        width += 4
+    if width == out.width:
+        out.print(table)
+        return
+    Console(file=out.file, width=width, force_terminal=out.is_terminal, no_color=out.no_color,
+            highlight=False).print(table)
 
 
 def debug_enabled() -> bool:

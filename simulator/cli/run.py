@@ -12,7 +12,7 @@ from simulator import limits, units
 from simulator.cli.common import check_output_dir, check_output_file, console, guard, safe
 from simulator.errors import ScenarioError
 
-__all__ = ["run"]
+__all__ = ["run", "print_cost", "step_cost_usd"]
 
 
 def run(
@@ -25,6 +25,10 @@ def run(
                                              "(rank<R>.json.gz) into this directory; --trace-ranks selects")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="write a self-contained HTML report")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no summary table")] = False,
+    memory_only: Annotated[bool, typer.Option("--memory-only", help="only say whether it fits and what fills memory "
+                                              "(an estimate, no simulation; same as dtsim fit)")] = False,
+    prices: Annotated[Path | None, typer.Option("--prices", help="price table YAML overriding topologies/prices.yaml "
+                                                "(for the cost line)")] = None,
 ) -> None:
     """Simulate one training iteration of SCENARIO and print a summary."""
     import simulator
@@ -34,6 +38,12 @@ def run(
     check_output_dir(hta, "--hta")
     ranks = guard(lambda: _parse_ranks(trace_ranks)) if trace_ranks else None
     sc = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
+    if memory_only:
+        from simulator.cli.fit import print_fit
+
+        print_fit(sc)
+        return
+    price_table = guard(lambda: _load_prices(prices))
     needs_series = report is not None or trace is not None  # link-load time series for counters and heatmap
 
     def simulate() -> Any:
@@ -46,6 +56,7 @@ def run(
     result = sim.result
     if not quiet:
         _print_summary(result, sc)
+        print_cost(result, sc, price_table, prices)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(result.model_dump_json(indent=2))
@@ -183,3 +194,40 @@ def _print_summary(result: Any, sc: Any) -> None:
                   f"{result.engine['network_entities']} transfers ({result.engine['network']} network, "
                   f"symmetry {result.engine['symmetry']})")
     console.print(table)
+
+
+# ----------------------------------------------------------------------------------------
+# the cost of the simulated job, when the node type has a price
+
+
+def _load_prices(path: Path | None) -> Any:
+    from simulator.search.pricing import load_prices
+
+    return load_prices(path)
+
+
+def step_cost_usd(step_time_s: float, nodes: int, usd_per_node_hour: float) -> float:
+    """Dollars one step costs: the whole cluster (``nodes`` nodes) for ``step_time_s`` seconds."""
+    from simulator.search.pricing import HOUR_S
+
+    return step_time_s / HOUR_S * nodes * usd_per_node_hour
+
+
+def print_cost(result: Any, sc: Any, table: Any, prices: Path | None) -> None:
+    """``cost``: per step and per million tokens at the node type's hourly price, and where the
+    price comes from; a line saying how to give one when the node type has none."""
+    node = sc.cluster.node_type.name
+    price = table.get(node)
+    if price is None:
+        console.print(safe(f"cost: no price for {node} (pass --prices FILE; format of topologies/prices.yaml)"),
+                      highlight=False, soft_wrap=True)
+        return
+    nodes = sc.cluster.n_nodes
+    per_step = step_cost_usd(result.step_time_s, nodes, price.usd_per_hour)
+    tokens = result.global_batch * sc.model.seq_len
+    kind = "an ESTIMATE: bought, not rented" if price.kind == "estimate" else price.kind
+    shipped = price == _load_prices(None).get(node)  # else the --prices file replaced it
+    origin = "topologies/prices.yaml" if shipped or prices is None else str(prices)
+    console.print(f"[bold]cost[/]: ${per_step:,.4f} per step, ${per_step / tokens * 1e6:,.4f} per million tokens "
+                  + safe(f"({nodes} x {node} at ${price.usd_per_hour:,.2f} per node-hour, {kind}, {price.date}; "
+                         f"{origin}: {price.source})"), highlight=False, soft_wrap=True)

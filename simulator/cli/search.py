@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich import box
 from rich.table import Table
 
-from simulator.cli.common import check_output_dir, console, fail, guard, safe
+from simulator.cli.common import check_output_dir, console, fail, guard, print_table, safe
 from simulator.cli.progress import sweep_progress
 from simulator.errors import ScenarioError
 
@@ -123,23 +123,24 @@ def _print_search(report: Any, base: Any) -> None:
                   + (f", {report.capped} not reached (--max-estimates)" if report.capped else "")
                   + f"; {report.estimated} estimated from short runs ({report.simulated_oom} out of memory), "
                   f"{report.simulated} simulated whole, {report.wall_s:.0f} s", highlight=False)
-    table = Table(title=f"best by {safe(report.objective)}", title_justify="left")
-    for col in ("#", "layout", "mb", "schedule", "sharding", "recompute", "step", "tokens/s", "MFU", "free mem",
-                "to train", "cost"):
-        table.add_column(col, justify="left" if col in ("layout", "schedule", "sharding", "recompute") else "right",
-                         no_wrap=True)
+    table = Table(title=f"best by {safe(report.objective)}", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for col in ("layout", "settings", "step", "tokens/s", "MFU", "free mem", "to train", "cost"):
+        text = col in ("layout", "settings")
+        table.add_column(col, justify="left" if text else "right", no_wrap=not text,
+                         overflow="fold" if text else "ellipsis", min_width=9 if text else None)
     for i, ranked in enumerate(report.ranked, 1):
         lay, m = ranked.candidate.layout, ranked.metrics
-        schedule = "-" if lay.pp == 1 else (lay.schedule if lay.virtual_stages == 1
-                                             else f"{lay.schedule} v={lay.virtual_stages}")
+        schedule = "no pipeline" if lay.pp == 1 else (lay.schedule if lay.virtual_stages == 1
+                                                      else f"{lay.schedule} v={lay.virtual_stages}")
         sharding = lay.sharding if lay.shard_group_size is None else f"{lay.sharding} g={lay.shard_group_size}"
         cost = f"${ranked.cost_usd:,.0f}" if ranked.cost_usd is not None else "-"
-        table.add_row(str(i), f"tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp}", str(lay.micro_batch), safe(schedule),
-                      safe(sharding), safe(ranked.candidate.recompute), f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
+        table.add_row(f"{i}. tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{lay.dp} mb{lay.micro_batch}",
+                      safe(f"{schedule}, {sharding}, recompute {ranked.candidate.recompute}"),
+                      f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
                       f"{100 * m['mfu']:.1f}%", f"{m['memory_headroom_bytes'] / 2**30:.1f} GiB",
                       f"{ranked.time_to_train_s / 86400:,.1f} d", cost)
-    wide = console if console.is_terminal else Console(width=max(console.width, 132))
-    wide.print(table)
+    print_table(table)
     console.print(f"time to train: {report.tokens:.3g} tokens"
                   + (" (20 per parameter, Hoffmann et al. 2022)" if report.tokens_default else ""), highlight=False)
     for node, price in report.prices.items():

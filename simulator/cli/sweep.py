@@ -19,6 +19,7 @@ from simulator.cli.progress import sweep_progress
 __all__ = ["sweep"]
 
 _REASONS_SHOWN = 5  # distinct reasons printed; the rest are counted
+_ROWS_SHOWN = 40  # points in the results table; the rest are in results.csv
 
 
 def sweep(
@@ -80,6 +81,7 @@ def sweep(
     html = out_dir / "scaling.html"
     _write_scaling_html(_drawable_rows(result.rows), html, title=spec.name or sweep_file.stem,
                         by_series=bool(spec.series_fields()))
+    _print_table(result.rows, result.varied, out_dir / "results.csv")
     console.print(f"{len(points)} points: {result.simulated} simulated, {result.cached} from cache, "
                   f"{result.failed} infeasible or failed, {result.wall_s:.1f} s")
     for path in (*paths, html):
@@ -90,6 +92,35 @@ def sweep(
         _no_result(result.rows, code=1 if internal else 2)
     if reasons:
         _print_reasons(f"{sum(n for _, n in reasons)} of {len(points)} points have no result:", reasons)
+
+
+def _print_table(rows: list[dict[str, Any]], varied: list[str], csv_path: Path) -> None:
+    """The points in sweep order: varied fields, fits, step time, MFU, tokens/s (at most
+    ``_ROWS_SHOWN``; a note points to results.csv for the rest)."""
+    from rich.table import Table
+
+    from simulator import units
+
+    table = Table(title="results", title_justify="left")
+    table.add_column("#", justify="right", no_wrap=True)
+    short = [name.rsplit(".", 1)[-1] for name in varied]
+    for name, label in zip(varied, short, strict=True):  # the last segment, unless two fields share it
+        table.add_column(safe(label if short.count(label) == 1 else name), justify="right", no_wrap=True)
+    for col in ("fits", "step", "MFU", "tokens/s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for row in rows[:_ROWS_SHOWN]:
+        fits = row.get("fits")
+        verdict = "-" if fits is None else "yes" if fits else "[bold red]OOM[/]"
+        has = row.get("step_time_s") is not None
+        table.add_row(str(row["point"]), *(safe("default" if row.get(n) is None else row[n]) for n in varied), verdict,
+                      units.format_time(row["step_time_s"]) if has else "-",
+                      f"{100 * row['mfu']:.1f}%" if has and row.get("mfu") is not None else "-",
+                      f"{row['tokens_per_s']:,.0f}" if has and row.get("tokens_per_s") is not None else "-")
+    console.print(table)
+    if len(rows) > _ROWS_SHOWN:
+        console.print(f"  {len(rows) - _ROWS_SHOWN} more points in {safe(csv_path)}", highlight=False)
+    if any(row.get("fits") is False for row in rows):
+        console.print("  OOM: out of memory; its step time and MFU are not achievable", highlight=False)
 
 
 def _no_result(rows: list[Any], *, code: int) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table
 
-from simulator.cli.common import check_output_dir, check_output_file, console, err_console, safe
+from simulator.cli.common import check_output_dir, check_output_file, console, err_console, print_table, safe
 
 __all__ = ["validate"]
 
@@ -36,23 +37,25 @@ def validate(
     with Progress(console=err_console, transient=True) as progress:
         task = progress.add_task("simulating published runs", total=total)
         result = run_validation(sources=sources, progress=lambda _id: progress.advance(task))
-    table = Table(title="predicted vs measured step time", title_justify="left")
-    for col in ("record", "GPUs", "measured (s)", "predicted (s)", "error", "peak memory (reserved)"):
-        table.add_column(col, justify="left" if col == "record" else "right")
+    table = Table(title="predicted vs measured step time (seconds); peak memory reserved, GiB", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col in ("record", "GPUs", "measured", "predicted", "error", "peak", "mem err"):
+        # record names fold (never an ellipsis); numbers stay whole on one line
+        table.add_column(col, justify="left" if col == "record" else "right", no_wrap=col != "record",
+                         overflow="fold")
     for r in result.records:
         colour = "green" if abs(r.error) <= 0.10 else "yellow" if abs(r.error) <= 0.25 else "red"
-        peak = f"{r.peak_reserved_bytes / 2**30:.1f} GiB"
-        if r.memory_error is not None:
-            peak += f" ({100 * r.memory_error:+.1f}%)"
+        memory_error = "-" if r.memory_error is None else f"{100 * r.memory_error:+.1f}%"
         if r.oom:
-            peak += " [red]FALSE OOM[/]"
+            memory_error += " [red]FALSE OOM[/]"
         table.add_row(safe(r.record.id), str(r.record.gpus), f"{r.record.measured_step_s:.3f}",
-                      f"{r.predicted_step_s:.3f}", f"[{colour}]{100 * r.error:+.1f}%[/]", peak)
-    console.print(table)
+                      f"{r.predicted_step_s:.3f}", f"[{colour}]{100 * r.error:+.1f}%[/]",
+                      f"{r.peak_reserved_bytes / 2**30:.1f}", memory_error)
+    print_table(table)
     summary = result.summary()
     per = Table(title="mean absolute percentage error", title_justify="left")
     for col in ("source", "records", "MAPE", "worst", "false OOM", "peak memory MAPE"):
-        per.add_column(col, justify="left" if col == "source" else "right")
+        per.add_column(col, justify="left" if col == "source" else "right", no_wrap=col != "source")
 
     def memory(row: dict[str, Any]) -> str:
         return f"{100 * row['memory_mape']:.1f}% ({row['memory_records']})" if "memory_mape" in row else "-"
@@ -68,7 +71,7 @@ def validate(
                 f"{100 * c['max_abs_error']:.1f}%", "", "")
     per.add_row("nccl-tests all-reduce < 1 MiB", str(c["small"]["points"]), f"{100 * c['small']['mape']:.1f}%",
                 f"{100 * c['small']['max_abs_error']:.1f}%", "", "")
-    console.print(per)
+    print_table(per)
     for pair in result.fp8_pairs():
         console.print(f"fp8/bf16 speed-up {pair.fp8.record.id} vs {pair.bf16.record.id}: measured "
                       f"{pair.measured_speedup:.3f}, predicted {pair.predicted_speedup:.3f} ({100 * pair.error:+.1f}%)",

@@ -39,7 +39,7 @@ from simulator.workload.builder import CUDA_CONTEXT_BYTES
 from simulator.workload.data_parallel import Strategy, Zero3, strategy_for
 from simulator.workload.layout import Chunk, ModelLayout
 
-__all__ = ["MemoryEstimate", "estimate_peak_memory", "in_flight_chunks"]
+__all__ = ["MemoryEstimate", "estimate_peak_memory", "estimate_stage_memory", "in_flight_chunks"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ class MemoryEstimate:
     buffers_bytes: float  # static buffers of the strategy + CUDA context
     activations_bytes: float  # in-flight micro-batches + one layer's backward workspace
     capacity_bytes: float
+    # states_bytes and buffers_bytes by part (for ``dtsim fit``'s breakdown)
+    params_bytes: float = 0.0
+    grads_bytes: float = 0.0
+    optimizer_bytes: float = 0.0
+    context_bytes: float = 0.0  # the CUDA context, within buffers_bytes
 
     @property
     def peak_bytes(self) -> float:
@@ -78,6 +83,11 @@ def in_flight_chunks(schedule: str, pp: int, stage: int, micro_batches: int, vir
 
 def estimate_peak_memory(scenario: Scenario) -> MemoryEstimate:
     """Lower estimate of the largest per-GPU peak over pipeline stages (module docstring)."""
+    return max(estimate_stage_memory(scenario), key=lambda e: e.peak_bytes)
+
+
+def estimate_stage_memory(scenario: Scenario) -> tuple[MemoryEstimate, ...]:
+    """Lower estimate of the per-GPU peak of each pipeline stage (module docstring)."""
     par = scenario.parallelism
     layout = ModelLayout(scenario)
     strategy = strategy_for(scenario, mesh_for(scenario), layout)
@@ -85,7 +95,7 @@ def estimate_peak_memory(scenario: Scenario) -> MemoryEstimate:
     sizes = ActivationSizes.of(scenario)
     per_layer, workspace, embedding, logits = sizes.per_layer, sizes.backward_workspace, sizes.embedding, sizes.logits
     capacity = scenario.cluster.gpu_spec.memory_bytes
-    best: MemoryEstimate | None = None
+    out: list[MemoryEstimate] = []
     for stage in range(par.pp):
         params = layout.params_of_stage(stage)
         states = strategy.model_states(stage, params, per_param)
@@ -102,12 +112,10 @@ def estimate_peak_memory(scenario: Scenario) -> MemoryEstimate:
         block = workspace + _gathered_block_bytes(scenario, strategy, stage, last)
         # the first backward starts with the logits (the loss workspace, then freeing them), then a layer
         transient = max(sizes.loss_workspace, block - logits) if last.logits else block
-        estimate = MemoryEstimate(stage, states.total, strategy.static_buffers(params) + CUDA_CONTEXT_BYTES,
-                                  stored + transient, capacity)
-        if best is None or estimate.peak_bytes > best.peak_bytes:
-            best = estimate
-    assert best is not None
-    return best
+        out.append(MemoryEstimate(stage, states.total, strategy.static_buffers(params) + CUDA_CONTEXT_BYTES,
+                                  stored + transient, capacity, params_bytes=states.params, grads_bytes=states.grads,
+                                  optimizer_bytes=states.optimizer, context_bytes=CUDA_CONTEXT_BYTES))
+    return tuple(out)
 
 
 def _gathered_block_bytes(scenario: Scenario, strategy: Strategy[Any], stage: int, chunk: Chunk) -> float:
