@@ -119,17 +119,20 @@ def test_unit_patterns_accept_exactly_what_the_parser_reads(dimension, accepted,
 
 
 def test_quantities_and_counts_name_their_unit():
-    """400 Gb/s = 400e9 / 8 = 50e9 B/s is the example the bandwidth's description gives."""
+    """400 Gb/s = 400e9 / 8 = 50e9 B/s is the example the bandwidth's description gives. A file
+    writes quantities with their unit: a positive rate has no unitless form in the schema, a
+    size that may be 0 accepts exactly the number 0 (as the loader does: UNITS_REQUIRED)."""
     defs = scenario_json_schema()["$defs"]
     nic = defs["FatTreeFabric"]["properties"]["nic_bandwidth"]
-    assert "each NIC" in nic["description"] and "bytes per second (B/s)" in nic["description"]
-    assert "'400 Gb/s' (= 50e9 B/s)" in nic["description"]
-    number, string, null = nic["anyOf"]
-    assert number == {"type": "number", "description": "in bytes per second (B/s)", "exclusiveMinimum": 0}
+    assert "ONE NIC" in nic["description"] and "bytes per second (B/s)" in nic["description"]
+    assert "'400 Gb/s' (= 50e9 B/s)" in nic["description"] and "a bare number is refused" in nic["description"]
+    string, null = nic["anyOf"]
     assert string["pattern"] == units.quantity_pattern("rate") and null == {"type": "null"}
     assert "seconds (s)" in defs["HostSpec"]["properties"]["op_issue"]["description"]
     bucket = defs["DdpOptions"]["properties"]["bucket_size"]
-    assert "bytes (B)" in bucket["description"] and bucket["anyOf"][0]["minimum"] == 0
+    assert "bytes (B)" in bucket["description"] and bucket["anyOf"][0]["const"] == 0
+    validator = jsonschema.Draft202012Validator(bucket)
+    assert validator.is_valid(0) and validator.is_valid("25 MiB") and not validator.is_valid(26214400)
     assert "not bytes" in defs["ZeroOptions"]["properties"]["reduce_bucket_size"]["description"]
     node = node_json_schema()
     assert "bytes (B)" in node["properties"]["host_memory"]["description"]

@@ -185,17 +185,18 @@ def _describe_quantity(prop: dict[str, Any], quantity: str | None, field: FieldI
         prop["description"] = f"{text} (a count of tensor elements, not bytes)".strip()
         return
     meaning, strings = UNIT_TEXT[quantity]
-    prop["description"] = f"{text}. Unit: a number in {meaning}, {strings}".lstrip(". ")
-    number: dict[str, Any] = {"type": "number", "description": f"in {meaning}"}
-    for bound in _metadata_of(field):
-        if getattr(bound, "ge", None) is not None:
-            number["minimum"] = bound.ge
-        if getattr(bound, "gt", None) is not None:
-            number["exclusiveMinimum"] = bound.gt
+    # in a file only 0 may go without a unit (simulator.fields.UNITS_REQUIRED); a field that
+    # must be positive has no unitless value at all
+    positive = any(getattr(bound, "gt", None) is not None for bound in _metadata_of(field))
+    bare = "a bare number is refused" if positive else "a bare number other than 0 is refused"
+    prop["description"] = (f"{text}. Unit: files write {strings.removeprefix('or ')} ({bare}: its unit is "
+                           f"unknown); the Python API also takes a number in {meaning}").lstrip(". ")
+    numbers: list[dict[str, Any]] = [] if positive else [
+        {"type": "number", "const": 0, "description": f"0 needs no unit ({meaning})"}]
     string = {"type": "string", "pattern": quantity_pattern(_PATTERN_DIMENSION[quantity]),
               "description": f"{quantity} with a unit, {strings.removeprefix('or a string with a unit: ')}"}
     nullable = any(branch.get("type") == "null" for branch in prop.get("anyOf", []))
-    prop["anyOf"] = [number, string, *([{"type": "null"}] if nullable else [])]
+    prop["anyOf"] = [*numbers, string, *([{"type": "null"}] if nullable else [])]
 
 
 def _metadata_of(field: FieldInfo) -> list[Any]:
