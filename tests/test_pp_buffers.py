@@ -1,11 +1,18 @@
 """``parallelism.pp_microbatch_buffers``: torch.distributed.pipelining's per-micro-batch receive
 buffers and kept outputs (torch/distributed/pipelining/stage.py at
 pytorch/pytorch@88fa1e7170b48d369c6b00d545a89e97fb9e2e43: ``_prepare_forward_infra``,
-``_create_grad_recv_info``, ``forward_one_chunk``'s ``output_chunks``)."""
+``_create_grad_recv_info``, ``forward_one_chunk``'s ``output_chunks``), and the context-parallel
+all-gather's backward workspace (``_AllGatherRotater``, torch/distributed/tensor/experimental/
+_attention.py at pytorch/pytorch@f2127dbdb01fc9319ce42b92d60344d19cbd0137)."""
 
 from collections import defaultdict
 
+import pytest
+
 import simulator
+from simulator.workload.model import Shard
+from simulator.workload.parallel import context
+from simulator.workload.steps import LayerSpec
 from tests.conftest import small_scenario
 
 # GPT-3 125M, bf16, micro-batch 4 of 2048 tokens: a stage's boundary activation is
@@ -67,3 +74,20 @@ def test_the_buffers_change_memory_not_time():
     assert on.step_time_s == off.step_time_s
     assert on.memory[-1].peak_bytes > off.memory[-1].peak_bytes
 
+
+def _spec(cp: int, cp_comm: str) -> LayerSpec:
+    sc = simulator.Scenario.model_validate(small_scenario(model="llama3-8b"))
+    shard = Shard(batch=1, seq=65536, tp=1, cp=cp, sequence_parallel=False, precision="bf16",
+                  attention_kernel="fa2", fp8=None, compile=True, cross_entropy="eager-fp32")
+    return LayerSpec(sc.model, shard, "block", "bwd", cp_comm=cp_comm, cp_kv_heads="repeated")
+
+
+def test_the_allgather_ring_backward_holds_the_gathered_kv_and_fp32_gradients():
+    """Llama 3 8B (32 heads of 128), 65,536 tokens over cp 8, K/V repeated to the query heads:
+    kv = 2 * 8192 * 32 * 128 = 67,108,864 elements, q = 33,554,432. The gathered K/V
+    8 * 67,108,864 * 2 B = 1,073,741,824 B plus fp32 dQ, dK/dV and the dK/dV in flight
+    (33,554,432 + 2 * 67,108,864) * 4 B = 671,088,640 B: 1,744,830,464 B. Nothing without
+    context parallelism or with the ring-p2p exchange."""
+    assert context.backward_workspace_bytes(_spec(8, "allgather")) == pytest.approx(1_744_830_464)
+    assert context.backward_workspace_bytes(_spec(1, "allgather")) == 0.0
+    assert context.backward_workspace_bytes(_spec(8, "ring-p2p")) == 0.0
