@@ -29,7 +29,10 @@ micro-batch's forward to the step's end its output: that activation again, or on
 stage the logits (``tokens * V / tp`` elements in the activation dtype, vocab-sharded by
 torchtitan's loss parallelism). A received input is the tensor the stage's first block saves
 for its backward (the same storage), so while its micro-batch is in flight it is counted with
-the block's stored activations and not again as a buffer.
+the block's stored activations and not again as a buffer. The stage's backward
+(``torch.autograd.backward`` with the input as a leaf) leaves the input gradient on the
+buffer's ``.grad``, cleared only by ``clear_runtime_states``: held, like the outputs, from
+the micro-batch's backward to the step's end.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class PipelineEmitter:
             if action.kind == "F":
                 kept += self._forward(emit, action)
             else:
-                self._backward(emit, action, last=(last_b[action.chunk] == i))
+                kept += self._backward(emit, action, last=(last_b[action.chunk] == i))
         self.strategy.finish_rank(emit)
         if kept:
             emit.marker("pp.output_chunks.clear", [emit.last_compute], tuple(kept))
@@ -110,7 +113,8 @@ class PipelineEmitter:
         emit.marker("pp.output_chunk", deps, (MemDelta(True, output, "activations"),))
         return [MemDelta(True, -output, "activations")]
 
-    def _backward(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> None:
+    def _backward(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> list[MemDelta]:
+        """Emit one backward; returns the frees of what it keeps until the step ends."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
         mb = action.microbatch
         deps: list[int] = self._release()
@@ -118,10 +122,14 @@ class PipelineEmitter:
             deps.append(self._p2p(emit, chunk.index + 1, chunk.index, mb, "grad", sending=False, deps=None))
         units = list(reversed(self.layout.units_of(chunk)))
         deps = self._run_units(emit, chunk, units, "bwd", mb, deps, last=last)
-        if self.buffers and chunk.index > 0:  # the block freed its saved input: the buffer stays
-            emit.marker("pp.recv_buffer.idle", deps, (MemDelta(True, self.p2p_bytes, "buffers"),))
+        kept: list[MemDelta] = []
+        if self.buffers and chunk.index > 0:  # the block freed its saved input: the buffer stays, with its .grad
+            emit.marker("pp.recv_buffer.idle", deps, (MemDelta(True, self.p2p_bytes, "buffers"),
+                                                      MemDelta(True, self.p2p_bytes, "activations")))
+            kept.append(MemDelta(True, -self.p2p_bytes, "activations"))
         if not chunk.embedding:
             self._hold(self._p2p(emit, chunk.index, chunk.index - 1, mb, "grad", sending=True, deps=deps))
+        return kept
 
     def _hold(self, send: int) -> None:
         """p2p_blocking: the rank's next pass waits for this send (module docstring)."""
