@@ -50,7 +50,7 @@ COLLECTIVES = (0.060, 0.185)
 # to the 12 sizes below 32 KiB, docs/validation.md); the issue asks 25%
 COLLECTIVES_SMALL = (0.020, 0.065)
 # peak memory where the source publishes it (torchtitan's max_reserved): (MAPE ceiling, worst-record ceiling)
-MEMORY = {"torchtitan": (0.085, 0.225)}
+MEMORY = {"torchtitan": (0.065, 0.16)}
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +91,10 @@ def test_fp8_speedup_of_paired_runs(validation):
 @pytest.mark.parametrize("source", sorted(MEMORY))
 def test_peak_memory_within_threshold(validation, source):
     """dtsim's reserved peak (its allocations replayed through the caching allocator model)
-    against the published reserved peak: torchtitan 11.7% MAPE, every record low (worst -24.1%,
-    Llama 3.1 405B with interleaved 1F1B)."""
+    against the published reserved peak: torchtitan 6.1% MAPE, worst -15.5% (Llama 3.1 70B, FSDP 32
+    x TP 8), one record high (+6.6%, 405B 4D at cp 2), since torch.distributed.pipelining's
+    per-micro-batch buffers and kept outputs and the CP all-gather's backward memory are modelled
+    (8.1% MAPE, worst -21.9% before)."""
     stats = validation.summary()["per_source"][source]
     mape_ceiling, worst_ceiling = MEMORY[source]
     assert stats["memory_records"] == 20

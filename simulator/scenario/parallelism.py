@@ -146,6 +146,11 @@ class ParallelismSpec(Frozen):
     p2p_blocking: bool = Field(
         False, description="a pipeline send holds its rank until the transfer is done (Megatron: batched isend/irecv "
         "waited on, then torch.cuda.synchronize; 1F1B and GPipe); false: sends run beside the next compute")
+    pp_microbatch_buffers: bool = Field(
+        False, description="torch.distributed.pipelining (torchtitan): each pipeline stage owns a receive buffer per "
+        "micro-batch for its input activations and one for its output gradients, allocated once and held, and keeps "
+        "every micro-batch's output (on the last stage its logits) until the step ends; false: received tensors "
+        "and outputs live only while their micro-batch is in flight (Megatron)")
     tp_comm_overlap: bool = Field(
         False, description="Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): every TP all-gather "
         "and reduce-scatter pipelined with the GEMM it feeds or follows; needs sequence_parallel")

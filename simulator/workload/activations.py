@@ -23,6 +23,8 @@ from simulator.costs.memory import (
 )
 from simulator.scenario.spec import Scenario
 from simulator.workload.model import Shard
+from simulator.workload.parallel import context
+from simulator.workload.steps import LayerSpec
 
 __all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards", "state_bytes_per_param",
            "eager_saved_bytes"]
@@ -117,6 +119,8 @@ class ActivationSizes:
         workspace = backward_workspace_bytes(
             tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp, tp=shard.tp, act_bytes=shard.elem,
             recomputed_layer_bytes=rebuilt)
+        workspace += context.backward_workspace_bytes(LayerSpec(
+            m, shard, "block", "bwd", cp_comm=par.cp_comm, cp_kv_heads=par.cp_kv_heads))
         embedding = embedding_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, tp=par.tp,
                                                cp=par.cp, sequence_parallel=shard.sequence_parallel,
                                                dropout=m.dropout, act_bytes=shard.elem)

@@ -36,7 +36,10 @@ A ring step's transfer is one hop to the neighbour: costed as the all-gather ove
 whose per-rank received bytes are that one block (block * cp/(cp-1) gathered), i.e. one step of
 the ring all-gather. The K/V exchanged have the model's kv heads, or the query heads when the
 model repeats grouped K/V before its attention call (``parallelism.cp_kv_heads: repeated``).
-Registered as the ``cp`` pass of :mod:`simulator.workload.parallel`.
+Memory: with ``allgather`` the ring's backward holds the gathered K/V and fp32 dQ/dK/dV
+(:func:`backward_workspace_bytes`, added to the block's backward workspace by
+:class:`~simulator.workload.activations.ActivationSizes`). Registered as the ``cp`` pass of
+:mod:`simulator.workload.parallel`.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from simulator.costs.attention import AttentionShape
 from simulator.workload.model import Kernel
 from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step
 
-__all__ = ["place", "kv_elements", "ring_blocks", "merge_bytes", "ACCUMULATOR_BYTES"]
+__all__ = ["place", "kv_elements", "ring_blocks", "merge_bytes", "backward_workspace_bytes", "ACCUMULATOR_BYTES"]
 
 # Bytes per element of the accumulators the ring merges into: the forward output (both keep it
 # in fp32: PyTorch's convert_to_f32; Transformer Engine corrects its fp32 ``out``), and the
@@ -76,6 +79,25 @@ def kv_elements(spec: LayerSpec) -> float:
 def _query_elements(spec: LayerSpec) -> float:
     model, shard = spec.model, spec.shard
     return shard.batch * shard.seq / shard.cp * model.heads / shard.tp * model.head_dim
+
+
+def backward_workspace_bytes(spec: LayerSpec) -> float:
+    """Bytes the ring's backward holds beside the block's own workspace (``allgather`` only; 0
+    without context parallelism or with ``ring-p2p``, whose double buffers are not counted):
+    the all-gathered K/V of every rank (``_AllGatherRotater._aggregated_buffer``, kept for the
+    whole ring loop: ``cp * kv`` elements in the K/V dtype), the fp32 ``grad_query`` and
+    ``grad_key``/``grad_value`` accumulators, and the fp32 dK/dV in flight to the next rank
+    (``next_grad_kv``): ``q * 4 + 2 * kv * 4``. Source:
+    pytorch/pytorch@f2127dbdb01fc9319ce42b92d60344d19cbd0137
+    torch/distributed/tensor/experimental/_attention.py (``_AllGatherRotater``,
+    ``_templated_ring_attention_backward``)."""
+    cp = spec.shard.cp
+    if cp == 1 or spec.cp_comm != "allgather":
+        return 0.0
+    _, bwd_acc = ACCUMULATOR_BYTES["allgather"]
+    acc = bwd_acc or spec.shard.elem
+    kv = kv_elements(spec)
+    return cp * kv * spec.shard.elem + (_query_elements(spec) + 2 * kv) * acc
 
 
 def merge_bytes(spec: LayerSpec, *, backward: bool) -> float:

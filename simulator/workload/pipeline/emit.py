@@ -15,6 +15,24 @@ Only the non-interleaved schedules hold: Megatron's interleaved schedule posts t
 the next step in the same batch as the sends (``send_forward_backward_recv_forward_backward``,
 schedules.py:819 and 1029 at f2e5db40), which this per-pass emission (a receive posted when its
 pass comes) does not mirror, and holding its sends would wait on receives not yet posted.
+
+With ``parallelism.pp_microbatch_buffers`` (torch.distributed.pipelining, what torchtitan runs)
+a stage's memory follows ``PipelineStage`` (torch/distributed/pipelining/stage.py at
+pytorch/pytorch@88fa1e7170b48d369c6b00d545a89e97fb9e2e43): ``_prepare_forward_infra`` makes one
+receive buffer per micro-batch for the input of every non-first stage, ``_create_grad_recv_info``
+(called per micro-batch by ``_prepare_backward_infra``) one for the output gradient of every
+non-last stage, both allocated once and reused every step; ``forward_one_chunk`` appends each
+micro-batch's output to ``output_chunks``, cleared only when the next step starts
+(``clear_runtime_states``). So every (virtual) stage holds ``m`` input and ``m`` gradient
+buffers of its boundary activation (``norm_tokens * h`` elements) from the start, and from a
+micro-batch's forward to the step's end its output: that activation again, or on the last
+stage the logits (``tokens * V / tp`` elements in the activation dtype, vocab-sharded by
+torchtitan's loss parallelism). A received input is the tensor the stage's first block saves
+for its backward (the same storage), so while its micro-batch is in flight it is counted with
+the block's stored activations and not again as a buffer. The stage's backward
+(``torch.autograd.backward`` with the input as a leaf) leaves the input gradient on the
+buffer's ``.grad``, cleared only by ``clear_runtime_states``: held, like the outputs, from
+the micro-batch's backward to the step's end.
 """
 
 from __future__ import annotations
@@ -22,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, Literal
 
-from simulator.ir import CommOp, TaskInfo
+from simulator.ir import CommOp, MemDelta, TaskInfo
 from simulator.scenario.spec import Scenario
 from simulator.workload.data_parallel import Strategy
 from simulator.workload.emitter import RankEmitter
@@ -43,6 +61,8 @@ class PipelineEmitter:
         self.strategy = strategy
         shard = layers.shard
         self.p2p_bytes = shard.norm_tokens * scenario.model.hidden * shard.elem
+        self.buffers = scenario.parallelism.pp_microbatch_buffers and scenario.parallelism.pp > 1
+        self.logits_bytes = shard.tokens * scenario.model.vocab / shard.tp * shard.elem
         self._held: list[int] = []  # p2p_blocking: the send the rank's next pass waits for
 
     def emit_rank(self, emit: RankEmitter[Any]) -> None:
@@ -54,27 +74,47 @@ class PipelineEmitter:
         for i, action in enumerate(schedule):
             if action.kind == "B":
                 last_b[action.chunk] = i
+        kept: list[MemDelta] = []  # pp_microbatch_buffers: the outputs held until the step ends
+        if self.buffers:
+            emit.marker("pp.recv_buffers", [], self._recv_buffers(emit.stage))
         for i, action in enumerate(schedule):
             if action.kind == "F":
-                self._forward(emit, action)
+                kept += self._forward(emit, action)
             else:
-                self._backward(emit, action, last=(last_b[action.chunk] == i))
+                kept += self._backward(emit, action, last=(last_b[action.chunk] == i))
         self.strategy.finish_rank(emit)
+        if kept:
+            emit.marker("pp.output_chunks.clear", [emit.last_compute], tuple(kept))
         emit.finished = True
+
+    def _recv_buffers(self, stage: int) -> tuple[MemDelta, ...]:
+        """The receive buffers of a rank's stages, one allocation each (module docstring)."""
+        m = self.sc.micro_batches
+        count = sum(m * ((chunk.index > 0) + (not chunk.logits)) for chunk in self.layout.chunks_of_stage(stage))
+        return tuple(MemDelta(False, self.p2p_bytes, "buffers") for _ in range(count))
 
     # forward / backward of one chunk for one micro-batch -------------------------------------
 
-    def _forward(self, emit: RankEmitter[Any], action: Action) -> None:
+    def _forward(self, emit: RankEmitter[Any], action: Action) -> list[MemDelta]:
+        """Emit one forward; returns the frees of what it keeps until the step ends."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
         mb = action.microbatch
         deps: list[int] = self._release()
         if chunk.index > 0:
             deps.append(self._p2p(emit, chunk.index - 1, chunk.index, mb, "act", sending=False, deps=None))
+            if self.buffers:  # the received buffer becomes the first block's saved input
+                deps = [emit.marker("pp.recv_buffer.in_use", deps, (MemDelta(True, -self.p2p_bytes, "buffers"),))]
         deps = self._run_units(emit, chunk, self.layout.units_of(chunk), "fwd", mb, deps, last=False)
         if not chunk.logits:
             self._hold(self._p2p(emit, chunk.index, chunk.index + 1, mb, "act", sending=True, deps=deps))
+        if not self.buffers:
+            return []
+        output = self.logits_bytes if chunk.logits else self.p2p_bytes
+        emit.marker("pp.output_chunk", deps, (MemDelta(True, output, "activations"),))
+        return [MemDelta(True, -output, "activations")]
 
-    def _backward(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> None:
+    def _backward(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> list[MemDelta]:
+        """Emit one backward; returns the frees of what it keeps until the step ends."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
         mb = action.microbatch
         deps: list[int] = self._release()
@@ -82,8 +122,14 @@ class PipelineEmitter:
             deps.append(self._p2p(emit, chunk.index + 1, chunk.index, mb, "grad", sending=False, deps=None))
         units = list(reversed(self.layout.units_of(chunk)))
         deps = self._run_units(emit, chunk, units, "bwd", mb, deps, last=last)
+        kept: list[MemDelta] = []
+        if self.buffers and chunk.index > 0:  # the block freed its saved input: the buffer stays, with its .grad
+            emit.marker("pp.recv_buffer.idle", deps, (MemDelta(True, self.p2p_bytes, "buffers"),
+                                                      MemDelta(True, self.p2p_bytes, "activations")))
+            kept.append(MemDelta(True, -self.p2p_bytes, "activations"))
         if not chunk.embedding:
             self._hold(self._p2p(emit, chunk.index, chunk.index - 1, mb, "grad", sending=True, deps=deps))
+        return kept
 
     def _hold(self, send: int) -> None:
         """p2p_blocking: the rank's next pass waits for this send (module docstring)."""
