@@ -23,6 +23,7 @@ from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.errors import ScenarioError
 from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
+from simulator.results.moe import MoeSummary, moe_summary
 from simulator.results.rows import CommRecord
 from simulator.results.simulation import Simulation
 from simulator.scenario import ClusterSpec, Scenario
@@ -97,7 +98,23 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
     facts = _facts(scenario, workload, program, run, profile.name, measured, cluster.gpu)
     rows = _rows(program, run)
     result = compute_result(rows, facts, _link_stats(classes, run))
+    if scenario.model.moe:
+        result = result.model_copy(update={"moe": _moe(scenario, workload, rows, result)})
     return Simulation(result, rows, facts, _link_series(classes, run) if record_series else None)
+
+
+def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result) -> MoeSummary:
+    """The MoE summary of the critical rank (the breakdown's) from its rows."""
+    from simulator.workload.moe import imbalance_of
+
+    rank = result.breakdown.rank
+    mine = [r for r in rows if r.rank == rank]
+    experts = sum(r.duration_s for r in mine if r.name.endswith((".experts", ".experts.bwd")))
+    a2a = sum(r.duration_s for r in mine if r.stream == "ep")
+    imb, counts = imbalance_of(scenario), workload.layout.counts
+    return moe_summary(params_total=counts.total, params_active=counts.active, ep=scenario.parallelism.ep,
+                       edp=scenario.edp, factor=imb.factor, spread=imb.spread, dropped=imb.dropped_fraction,
+                       expert_compute_s=experts, all_to_all_s=a2a, step_time_s=result.step_time_s)
 
 
 def _rows(program: Program, run: EngineRun) -> list[Row]:
