@@ -104,13 +104,20 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
 
 
 def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result) -> MoeSummary:
-    """The MoE summary of the critical rank (the breakdown's) from its rows."""
+    """The MoE summary of the simulated rank whose routed experts and all-to-alls take longest
+    (a pipeline stage of dense layers only, e.g. DeepSeek-V3's first, has none)."""
     from simulator.workload.moe import imbalance_of
 
-    rank = result.breakdown.rank
-    mine = [r for r in rows if r.rank == rank]
-    experts = sum(r.duration_s for r in mine if r.name.endswith((".experts", ".experts.bwd")))
-    a2a = sum(r.duration_s for r in mine if r.stream == "ep")
+    experts_of: dict[int, float] = {}
+    a2a_of: dict[int, float] = {}
+    for r in rows:
+        if r.stream == "ep":
+            a2a_of[r.rank] = a2a_of.get(r.rank, 0.0) + r.duration_s
+        elif r.name.endswith((".experts", ".experts.bwd")):
+            experts_of[r.rank] = experts_of.get(r.rank, 0.0) + r.duration_s
+    rank = max(sorted({*experts_of, *a2a_of}), key=lambda k: experts_of.get(k, 0.0) + a2a_of.get(k, 0.0),
+               default=result.breakdown.rank)
+    experts, a2a = experts_of.get(rank, 0.0), a2a_of.get(rank, 0.0)
     imb, counts = imbalance_of(scenario), workload.layout.counts
     return moe_summary(params_total=counts.total, params_active=counts.active, ep=scenario.parallelism.ep,
                        edp=scenario.edp, factor=imb.factor, spread=imb.spread, dropped=imb.dropped_fraction,

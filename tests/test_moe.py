@@ -31,7 +31,7 @@ def mixtral(**over: object) -> Scenario:
                   "training": {"global_batch": 32, "micro_batch": 1}}
     for path, value in over.items():
         section, key = path.split("__")
-        data[section][key] = value
+        data[section] = {**data[section], key: value}
     return Scenario.model_validate(data)
 
 
@@ -172,3 +172,26 @@ def test_simulated_step_reports_moe_summary() -> None:
     assert skewed.moe is not None and skewed.moe.imbalance_slowdown == pytest.approx(2.0)
     assert skewed.moe.imbalance_s == pytest.approx((skewed.moe.expert_compute_s + skewed.moe.all_to_all_s) / 2)
     assert skewed.step_time_s > base.step_time_s
+
+
+def test_inter_node_all_to_all_costs_more_than_nvlink() -> None:
+    """16 experts of Mixtral's shape on 2 p5.48xlarge. ep 8 keeps each all-to-all in a node: 7/8 of a
+    rank's 67 MB leave over NVLink (450 GB/s per GPU). ep 16 spans both nodes: 8/16 of the bytes
+    cross EFA, 400 GB/s per node = 50 GB/s per GPU, so the exchange takes about
+    (0.5 / 50) / (0.875 / 450) = 5.1x longer; more than 3x is asserted (latency, contention)."""
+    model = {**MIXTRAL, "experts": 16}
+    intra = simulator.simulate(mixtral(model__experts=16, parallelism__ep=8))
+    inter = simulator.simulate(Scenario.model_validate(
+        {"model": model, "cluster": {"node": "p5.48xlarge", "nodes": 2},
+         "parallelism": {"ep": 16, "sharding": "zero1"}, "training": {"global_batch": 32}}))
+    assert intra.moe is not None and inter.moe is not None
+    assert inter.moe.all_to_all_s > 3 * intra.moe.all_to_all_s
+
+
+def test_allgather_dispatcher_gathers_the_ep_groups_tokens() -> None:
+    """allgather: each rank all-gathers the ep group's 8 x 4096 tokens x 4096 x 2 B = 268,435,456 B
+    and reduce-scatters the outputs back (Megatron-Core MoEAllGatherTokenDispatcher)."""
+    sc = mixtral(parallelism__moe={"dispatcher": "allgather"})
+    spec = LayerSpec(sc.model, shard_of(sc), "block", "fwd", moe=moe_shape(sc))
+    comms = [s for s in layer_steps(spec) if isinstance(s, CommStep)]
+    assert [(c.op, c.nbytes) for c in comms] == [("all_gather", 268_435_456), ("reduce_scatter", 268_435_456)]
