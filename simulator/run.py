@@ -37,6 +37,8 @@ FLOPS_CONVENTION = (
     "model FLOPs = (6*N + 12*L*h*s) per token (PaLM appendix B; N = parameters in matmuls, no causal discount); "
     "hardware FLOPs add recomputation (full: 2*N_layers + 4*L*h*s, selective: 4*L*h*s per token)"
 )
+MOE_FLOPS_NOTE = ("; mixture of experts: N and N_layers count the active parameters (top-k routed and shared "
+                  "experts, router), the routing imbalance's extra expert work is not model FLOPs")
 
 
 def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
@@ -174,7 +176,9 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
     model_flops = model_flops_per_token(counts.matmul, m.layers, m.hidden, m.seq_len) * tokens
     op_params = op_policy_recomputed_params(hidden=m.hidden, q_width=m.heads * m.head_dim,
                                             kv_width=m.n_kv_heads * m.head_dim, ffn_hidden=m.ffn, mlp=m.mlp)
-    extra = recompute_flops_per_token(train.recompute, counts.per_layer, m.layers, m.hidden, m.seq_len,
+    # an MoE model's layers average their active parameters (dense and MoE layers differ)
+    layer_params = counts.per_layer + round(counts.moe_layers * counts.moe_active_extra / m.layers)
+    extra = recompute_flops_per_token(train.recompute, layer_params, m.layers, m.hidden, m.seq_len,
                                       op_policy_params=op_params) * tokens
     calibration = profile if calibrated else f"uncalibrated (built-in efficiency tables for {gpu.name})"
     return RunFacts(
@@ -201,7 +205,7 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
         represents=program.represents,
         stage_of={r: workload.mesh.stage(r) for r in program.ranks},
         initial_memory=program.initial_memory,
-        flops_convention=FLOPS_CONVENTION,
+        flops_convention=FLOPS_CONVENTION + (MOE_FLOPS_NOTE if m.moe else ""),
         sharding=scenario.parallelism.sharding,
         schedule=scenario.parallelism.pipeline_schedule,
         engine_events=run.events,

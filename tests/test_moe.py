@@ -195,3 +195,13 @@ def test_allgather_dispatcher_gathers_the_ep_groups_tokens() -> None:
     spec = LayerSpec(sc.model, shard_of(sc), "block", "fwd", moe=moe_shape(sc))
     comms = [s for s in layer_steps(spec) if isinstance(s, CommStep)]
     assert [(c.op, c.nbytes) for c in comms] == [("all_gather", 268_435_456), ("reduce_scatter", 268_435_456)]
+
+
+def test_model_and_hardware_flops_count_active_parameters() -> None:
+    """Mixtral, full recompute. Model FLOPs per token 6 x 12,748,853,248 active matmul parameters +
+    12*32*4096*4096 = 82,935,570,432; recomputation adds 2 x 12,617,777,152 active layer parameters +
+    4*32*4096*4096 = 27,383,037,952, so hardware / model = 110,318,608,384 / 82,935,570,432."""
+    r = simulator.simulate(mixtral(training__recompute="full"))
+    assert r.model_flops_per_step == pytest.approx(82_935_570_432 * 32 * 4096)
+    assert r.hardware_tflops_per_gpu / r.tflops_per_gpu == pytest.approx(110_318_608_384 / 82_935_570_432)
+    assert "active parameters" in r.flops_convention
