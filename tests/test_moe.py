@@ -205,3 +205,52 @@ def test_model_and_hardware_flops_count_active_parameters() -> None:
     assert r.model_flops_per_step == pytest.approx(82_935_570_432 * 32 * 4096)
     assert r.hardware_tflops_per_gpu / r.tflops_per_gpu == pytest.approx(110_318_608_384 / 82_935_570_432)
     assert "active parameters" in r.flops_convention
+
+
+DEEPSEEK_V3 = {"name": "DeepSeek-V3", "layers": 61, "hidden": 7168, "heads": 128, "ffn_hidden": 18432, "seq_len": 4096,
+               "vocab": 129280, "mlp": "swiglu", "norm": "rmsnorm", "position_embedding": "rotary",
+               "tied_embeddings": False, "bias": False, "dropout": False, "experts": 256, "experts_per_token": 8,
+               "shared_experts": 1, "expert_ffn_hidden": 2048, "moe_layers": {"first_dense": 3},
+               "router": "sigmoid-topk", "attention": "mla",
+               "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                       "v_head_dim": 128}}
+
+
+def test_deepseek_v3_total_and_active_parameters_with_mla() -> None:
+    """DeepSeek-V3's config (arXiv:2412.19437 §4.2; 671B total, 37B active). MLA per layer:
+    q 7168*1536 + 1536 + 1536*128*192 = 48,760,320; kv 7168*(512+64) + 512 + 512*128*256 = 20,906,496;
+    out 128*128*7168 = 117,440,512; 187,107,328 in all. Dense layer: + 3*7168*18432 + 2*7168 =
+    583,483,392 (x3). MoE layer: + router 7168*256 + 257 experts * 3*7168*2048 + 2*7168 =
+    11,507,286,016 (x58). Embedding and output 2*129280*7168 = 1,853,358,080; final norm 7168.
+    Total 671,026,404,352. Active: 9 experts per MoE layer, 585,318,400 x 58 + 1,750,450,176 +
+    1,853,358,080 + 7168 = 37,552,282,624."""
+    sc = Scenario.model_validate({"model": DEEPSEEK_V3, "cluster": {"node": "dgx-h800", "nodes": 32},
+                                  "parallelism": {"pp": 16, "ep": 16, "sharding": "zero1",
+                                                  "stage_layers": [3] + [4] * 14 + [2]},
+                                  "training": {"global_batch": 256}})
+    counts = ModelLayout(sc).counts
+    assert (counts.total, counts.active) == (671_026_404_352, 37_552_282_624)
+    assert sc.edp == 1  # 256 GPUs / (pp 16 * ep 16)
+
+
+def test_mla_attention_kernels_follow_the_ranks() -> None:
+    """One 4096-token sequence: q_down 2*4096*7168*1536, q_up 2*4096*1536*24576, kv_down 2*4096*7168*576,
+    kv_up 2*4096*512*32768, and the causal attention 2*128*4096*4096*(192+128)/2 FLOPs."""
+    sc = Scenario.model_validate({"model": DEEPSEEK_V3, "cluster": {"node": "dgx-h800", "nodes": 32},
+                                  "parallelism": {"pp": 16, "stage_layers": [3] + [4] * 14 + [2]},
+                                  "training": {"global_batch": 256}})
+    steps = layer_steps(LayerSpec(sc.model, shard_of(sc), "block", "fwd"))
+    flops = {k.name: k.flops for s in steps if isinstance(s, ComputeStep) for k in s.kernels}
+    T = 4096
+    assert flops["q_down"] == 2 * T * 7168 * 1536 and flops["q_up"] == 2 * T * 1536 * 128 * 192
+    assert flops["kv_down"] == 2 * T * 7168 * 576 and flops["kv_up"] == 2 * T * 512 * 128 * 256
+    assert flops["attention"] == pytest.approx(2 * 128 * T * T * 320 / 2)
+    assert flops["proj"] == 2 * T * 128 * 128 * 7168
+
+
+def test_mla_refuses_what_it_does_not_model() -> None:
+    with pytest.raises(InfeasibleError) as err:
+        Scenario.model_validate({"model": DEEPSEEK_V3, "cluster": {"node": "dgx-h800", "nodes": 32},
+                                 "parallelism": {"pp": 16, "ep": 16, "stage_layers": [3] + [4] * 14 + [2]},
+                                 "training": {"global_batch": 256, "precision": "fp8"}})
+    assert err.value.field == "training.precision"

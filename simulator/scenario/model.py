@@ -13,7 +13,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, Validati
 
 from simulator.catalog import Catalog
 from simulator.fields import Frozen
-from simulator.scenario.moe import MoeLayers, Router, is_moe_layer
+from simulator.scenario.moe import MlaSpec, MoeLayers, Router, is_moe_layer
 from simulator.scenario.resolve import catalog_in
 from simulator.yamlio import error_from_validation
 
@@ -55,6 +55,10 @@ class ModelSpec(Frozen):
         None, description="expert capacity = ceil(tokens x top-k / experts x factor); tokens above it are dropped "
         "(Megatron-Core get_capacity); null = dropless")
     router: Router = Field("softmax-topk", description="softmax-topk (Mixtral, Qwen) | sigmoid-topk (DeepSeek-V3)")
+    attention: Literal["mha-gqa", "mla"] = Field(
+        "mha-gqa", description="mha-gqa: query, key and value projections of heads / kv_heads heads; mla: multi-head "
+        "latent attention (DeepSeek-V2/V3) with the ranks of the mla block")
+    mla: MlaSpec | None = Field(None, description="multi-head latent attention's ranks (attention: mla only)")
 
     @model_validator(mode="before")
     @classmethod
@@ -72,6 +76,8 @@ class ModelSpec(Frozen):
             raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads={self.heads} is not divisible by kv_heads={self.kv_heads}")
+        if (self.attention == "mla") != (self.mla is not None):
+            raise ValueError("attention: mla and the mla block go together")
         if self.experts:
             if self.experts_per_token is None:
                 raise ValueError("a model with experts needs experts_per_token (top-k)")

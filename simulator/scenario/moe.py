@@ -22,7 +22,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 from simulator.errors import InfeasibleError
 from simulator.fields import Frozen
 
-__all__ = ["MoeEvery", "MoeFirstDense", "MoeLayers", "MoeOptions", "MoeRouting", "Router", "is_moe_layer", "check_experts"]
+__all__ = ["MoeEvery", "MoeFirstDense", "MoeLayers", "MoeOptions", "MoeRouting", "Router", "is_moe_layer", "check_experts", "MlaSpec"]
 
 Router = Literal["softmax-topk", "sigmoid-topk"]
 
@@ -96,6 +96,14 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     parallelism folds over the ranks of a pipeline stage as Megatron-Core's expert rank generator
     does (parallel_state.py:871-890 at d98e8a6): etp x ep x edp = world / pp."""
     etp, per_stage = par.expert_tp, world_size // par.pp
+    if model.mla is not None:
+        unsupported = [(par.tp > 1, "tp > 1", "parallelism.tp"), (par.cp > 1, "cp > 1", "parallelism.cp"),
+                       (training.precision == "fp8", "fp8", "training.precision"),
+                       (training.recompute == "selective-op", "selective-op", "training.recompute"),
+                       (model.bias, "bias", "model.bias")]
+        for bad, what, field in unsupported:
+            if bad:
+                raise InfeasibleError(f"multi-head latent attention with {what} is not modelled", field=field)
     if not model.moe:
         if par.ep > 1 or par.etp is not None:
             raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)", field="parallelism.ep")
@@ -119,3 +127,29 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     if hist is not None and (len(hist) != model.experts or abs(sum(hist) - 1.0) > 1e-6 or min(hist) < 0):
         raise InfeasibleError(f"histogram needs model.experts={model.experts} non-negative fractions summing to 1 "
                               f"(got {len(hist)} summing to {sum(hist):.6g})", field="training.moe_routing.histogram")
+
+
+class MlaSpec(Frozen):
+    """Multi-head latent attention's ranks (DeepSeek-V2, arXiv:2405.04434 §2.1; DeepSeek-V3 config.json)."""
+
+    q_lora_rank: PositiveInt | None = Field(description="rank of the query compression (null: queries projected "
+                                            "directly from the hidden state)")
+    kv_lora_rank: PositiveInt = Field(description="rank of the joint key/value compression")
+    qk_nope_head_dim: PositiveInt = Field(description="per-head query/key width without rotary embedding")
+    qk_rope_head_dim: PositiveInt = Field(description="per-head query/key width with rotary embedding (the key's "
+                                          "rotary part is shared by the heads)")
+    v_head_dim: PositiveInt = Field(description="per-head value width")
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def projection_params(self, hidden: int, heads: int) -> tuple[int, int]:
+        """(query, key/value) projection parameters of one layer: W_DQ [h, r_q] + its RMSNorm r_q +
+        W_UQ [r_q, H*(nope+rope)] (or W_Q [h, H*(nope+rope)]); W_DKV [h, r_kv + rope] + its RMSNorm
+        r_kv + W_UKV [r_kv, H*(nope+v)]."""
+        qk = heads * self.qk_head_dim
+        q = hidden * qk if self.q_lora_rank is None else hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qk
+        kv = (hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+              + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+        return q, kv

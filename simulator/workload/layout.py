@@ -49,6 +49,11 @@ class ModelLayout:
             vocab=m.vocab, seq_len=m.seq_len, mlp=m.mlp, norm=m.norm, position_embedding=m.position_embedding,
             tied_embeddings=m.tied_embeddings, bias=m.bias,
         )
+        if m.mla is not None:  # the MHA projections replaced by MLA's (scenario/moe.py MlaSpec)
+            q, kv = m.mla.projection_params(m.hidden, m.heads)
+            mha = m.hidden * (m.hidden + 2 * m.n_kv_heads * m.head_dim) + m.hidden * m.hidden
+            mla = q + kv + m.heads * m.mla.v_head_dim * m.hidden
+            self.counts = _replace(self.counts, per_layer=self.counts.per_layer - mha + mla)
         if m.moe:
             total, active = moe_mlp_params(hidden=m.hidden, experts=m.experts, top_k=m.top_k, shared=m.shared_experts,
                                            expert_ffn=m.expert_ffn, mlp=m.mlp)
@@ -109,10 +114,13 @@ class ModelLayout:
             params.append(Param("embedding", self.counts.embedding // t + self.counts.position, 0))
         for layer in chunk.layers:
             u = layer + 1
+            qkv, proj = (m.hidden * qkv_width + bias * qkv_width) // t, m.hidden * m.hidden // t + bias * m.hidden
+            if m.mla is not None:  # tp = 1 (scenario/moe.py check_experts)
+                qkv, proj = sum(m.mla.projection_params(m.hidden, m.heads)), m.heads * m.mla.v_head_dim * m.hidden
             params += [
                 Param(f"l{layer}.ln1", norm, u),
-                Param(f"l{layer}.qkv", (m.hidden * qkv_width + bias * qkv_width) // t, u),
-                Param(f"l{layer}.proj", m.hidden * m.hidden // t + bias * m.hidden, u),
+                Param(f"l{layer}.qkv", qkv, u),
+                Param(f"l{layer}.proj", proj, u),
                 Param(f"l{layer}.ln2", norm, u),
             ]
             if m.is_moe_layer(layer):

@@ -17,6 +17,7 @@ from simulator.costs.host import NO_HOST, HostCosts, host_time_s, issue_bound_ti
 from simulator.costs.memory import op_policy_saved_matmuls
 from simulator.ir import KernelInfo
 from simulator.scenario.spec import ModelSpec
+from simulator.workload.mla import with_mla
 from simulator.workload.model import (
     Kernel,
     Shard,
@@ -147,6 +148,8 @@ def base_steps(spec: LayerSpec) -> list[Step]:
     model, shard = spec.model, spec.shard
     if spec.kind == "block":
         fwd = block_forward(model, shard)
+        if model.mla is not None:
+            fwd = with_mla(fwd, model, shard)
         if spec.moe is not None:
             fwd = with_moe_mlp(fwd, model, shard, spec.moe)
         if spec.phase == "fwd":
