@@ -87,7 +87,7 @@ def routing_imbalance(*, experts: int, ep: int, tokens: float, top_k: int, skew:
     kept = counts if cap is None else np.minimum(counts, cap)
     per_rank = kept.reshape(len(shares), ep, experts // ep).sum(axis=2)
     ratio = per_rank.max(axis=1) / balanced
-    dropped = 1.0 - kept.sum(axis=1) / routed
+    dropped = np.maximum(0.0, 1.0 - kept.sum(axis=1) / routed)
     return RoutingImbalance(float(ratio.mean()), float(ratio.std()), float(dropped.mean()), len(shares))
 
 
