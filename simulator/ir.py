@@ -24,7 +24,7 @@ __all__ = ["CommOp", "MemDelta", "KernelInfo", "FusedPart", "FusedLayers", "Task
            "COLLECTIVE_OPS", "is_host_copy", "op_name"]
 
 # stream names, one per kind of work (compute, and one per communication group kind)
-STREAMS = ("compute", "tp", "cp", "pp", "dp", "shard", "offload")
+STREAMS = ("compute", "tp", "cp", "ep", "pp", "dp", "shard", "offload")
 
 # what a communication task does: a collective over its group, a point-to-point transfer, or
 # a copy between the GPU and its host (copy engines, not SMs: it does not slow compute)

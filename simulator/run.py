@@ -23,6 +23,7 @@ from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.errors import ScenarioError
 from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
+from simulator.results.moe import MoeSummary, moe_summary
 from simulator.results.rows import CommRecord
 from simulator.results.simulation import Simulation
 from simulator.scenario import ClusterSpec, Scenario
@@ -36,6 +37,8 @@ FLOPS_CONVENTION = (
     "model FLOPs = (6*N + 12*L*h*s) per token (PaLM appendix B; N = parameters in matmuls, no causal discount); "
     "hardware FLOPs add recomputation (full: 2*N_layers + 4*L*h*s, selective: 4*L*h*s per token)"
 )
+MOE_FLOPS_NOTE = ("; mixture of experts: N and N_layers count the active parameters (top-k routed and shared "
+                  "experts, router), the routing imbalance's extra expert work is not model FLOPs")
 
 
 def simulate(scenario: Scenario, *, record_series: bool = False) -> Result:
@@ -97,7 +100,30 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
     facts = _facts(scenario, workload, program, run, profile.name, measured, cluster.gpu)
     rows = _rows(program, run)
     result = compute_result(rows, facts, _link_stats(classes, run))
+    if scenario.model.moe:
+        result = result.model_copy(update={"moe": _moe(scenario, workload, rows, result)})
     return Simulation(result, rows, facts, _link_series(classes, run) if record_series else None)
+
+
+def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result) -> MoeSummary:
+    """The MoE summary of the simulated rank whose routed experts and all-to-alls take longest
+    (a pipeline stage of dense layers only, e.g. DeepSeek-V3's first, has none)."""
+    from simulator.workload.moe import imbalance_of
+
+    experts_of: dict[int, float] = {}
+    a2a_of: dict[int, float] = {}
+    for r in rows:
+        if r.stream == "ep":
+            a2a_of[r.rank] = a2a_of.get(r.rank, 0.0) + r.duration_s
+        elif r.name.endswith((".experts", ".experts.bwd")):
+            experts_of[r.rank] = experts_of.get(r.rank, 0.0) + r.duration_s
+    rank = max(sorted({*experts_of, *a2a_of}), key=lambda k: experts_of.get(k, 0.0) + a2a_of.get(k, 0.0),
+               default=result.breakdown.rank)
+    experts, a2a = experts_of.get(rank, 0.0), a2a_of.get(rank, 0.0)
+    imb, counts = imbalance_of(scenario), workload.layout.counts
+    return moe_summary(params_total=counts.total, params_active=counts.active, ep=scenario.parallelism.ep,
+                       edp=scenario.edp, factor=imb.factor, spread=imb.spread, dropped=imb.dropped_fraction,
+                       expert_compute_s=experts, all_to_all_s=a2a, step_time_s=result.step_time_s)
 
 
 def _rows(program: Program, run: EngineRun) -> list[Row]:
@@ -150,7 +176,9 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
     model_flops = model_flops_per_token(counts.matmul, m.layers, m.hidden, m.seq_len) * tokens
     op_params = op_policy_recomputed_params(hidden=m.hidden, q_width=m.heads * m.head_dim,
                                             kv_width=m.n_kv_heads * m.head_dim, ffn_hidden=m.ffn, mlp=m.mlp)
-    extra = recompute_flops_per_token(train.recompute, counts.per_layer, m.layers, m.hidden, m.seq_len,
+    # an MoE model's layers average their active parameters (dense and MoE layers differ)
+    layer_params = counts.per_layer + round(counts.moe_layers * counts.moe_active_extra / m.layers)
+    extra = recompute_flops_per_token(train.recompute, layer_params, m.layers, m.hidden, m.seq_len,
                                       op_policy_params=op_params) * tokens
     calibration = profile if calibrated else f"uncalibrated (built-in efficiency tables for {gpu.name})"
     return RunFacts(
@@ -177,7 +205,7 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
         represents=program.represents,
         stage_of={r: workload.mesh.stage(r) for r in program.ranks},
         initial_memory=program.initial_memory,
-        flops_convention=FLOPS_CONVENTION,
+        flops_convention=FLOPS_CONVENTION + (MOE_FLOPS_NOTE if m.moe else ""),
         sharding=scenario.parallelism.sharding,
         schedule=scenario.parallelism.pipeline_schedule,
         engine_events=run.events,

@@ -11,6 +11,7 @@ from rich.table import Table
 from simulator import limits, units
 from simulator.cli.common import check_output_dir, check_output_file, console, guard, safe
 from simulator.errors import ScenarioError
+from simulator.results.moe import moe_lines
 
 __all__ = ["run", "print_cost", "step_cost_usd"]
 
@@ -150,6 +151,8 @@ def _print_summary(result: Any, sc: Any) -> None:
     for line in bandwidth_lines(cluster):
         table.add_row("", safe(line))
     layout = f"tp {par.tp} x pp {par.pp} x cp {par.cp} x dp {result.dp}, sharding {par.sharding}"
+    if sc.model.moe:
+        layout += f"; experts: ep {par.ep} x etp {par.expert_tp} x expert dp {sc.edp}, {par.moe.dispatcher} dispatcher"
     if par.pp > 1:
         layout += f", {par.pipeline_schedule}" + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
     table.add_row("layout", safe(layout))
@@ -162,6 +165,8 @@ def _print_summary(result: Any, sc: Any) -> None:
     table.add_row("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s){invalid}")
     table.add_row("per GPU", f"{result.tflops_per_gpu:.1f} TFLOP/s model, {result.hardware_tflops_per_gpu:.1f} hardware; "
                   f"MFU [bold]{100 * result.mfu:.1f}%[/], HFU {100 * result.hfu:.1f}%{invalid}")
+    for label, line in moe_lines(result.moe):
+        table.add_row(label, safe(line))
     verdict = "[bold red]OUT OF MEMORY[/]" if result.oom else "[green]fits[/]"
     table.add_row("peak memory", f"{units.format_bytes(mem.peak_bytes)} of {units.format_bytes(mem.capacity_bytes)} "
                   f"(rank {mem.rank}) {verdict}; caching allocator: allocated "

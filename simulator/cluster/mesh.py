@@ -22,8 +22,14 @@ cp (Megatron's ``dp_cp`` group) and the ``dp_shard`` group includes the cp ranks
 (torchtitan's ``dp_shard_cp`` mesh). The ``embedding`` group joins the first and last
 pipeline stage, which both hold the tied embedding matrix.
 
-Adding a parallel axis (expert parallelism) means adding it to :data:`MESH_AXES`, to
-:func:`mesh_for` and naming its groups in :data:`GROUPS`; nothing else here changes.
+Expert parallelism is not an axis of its own: as in Megatron-Core (parallel_state.py:871-907
+at d98e8a6, the expert RankGenerator with order tp-ep-dp-pp and the same pp groups as the
+dense one), the ranks of a pipeline stage are folded a second time, innermost first, as
+``etp x ep x edp``. A rank's index within its stage (its tp, cp and dp coordinates in mixed
+radix, tp fastest) gives ``etp = i % etp``, ``ep = (i // etp) % ep``, ``edp = i // (etp*ep)``;
+the ``ep`` group varies the second, the ``edp`` group (expert data parallelism, whose ranks
+hold the same experts) the third. With etp = tp, an ep group of size <= GPUs per node / tp
+stays inside a node.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 # the name of a process group: a key of GROUPS or of _SPECIAL_GROUPS
-Axis = Literal["tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_replicate", "tp_cp", "embedding", "world"]
+Axis = Literal["tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_replicate", "tp_cp", "embedding", "world", "ep", "edp"]
 
 
 class Mesh:
@@ -64,7 +70,8 @@ class Mesh:
     Groups are cached per (rank, name): strategies ask for the same groups many times.
     """
 
-    def __init__(self, axes: Iterable[tuple[str, int]]) -> None:
+    def __init__(self, axes: Iterable[tuple[str, int]], *, ep: int = 1, etp: int = 1) -> None:
+        self.ep, self.etp = int(ep), int(etp)
         self.axes: tuple[tuple[str, int], ...] = tuple((name, int(size)) for name, size in axes)
         names = [a for a, _ in self.axes]
         if len(set(names)) != len(names):
@@ -78,18 +85,20 @@ class Mesh:
             self.strides[name] = stride
             stride *= size
         self.world: int = stride
+        if (self.world // self.sizes.get("pp", 1)) % (self.ep * self.etp):
+            raise ValueError(f"ep*etp = {self.ep}*{self.etp} does not divide the ranks of a pipeline stage")
         self._groups: dict[tuple[int, str], tuple[int, ...]] = {}
 
     @classmethod
     def from_sizes(cls, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1,
-                   shard_group_size: int | None = None) -> Mesh:
+                   shard_group_size: int | None = None, ep: int = 1, etp: int | None = None) -> Mesh:
         """The standard mesh (:data:`MESH_AXES`) from the scenario's sizes; ``dp`` splits into
         ``dp_shard = shard_group_size`` (default dp) inside ``dp_replicate = dp / dp_shard``."""
         shard = shard_group_size or dp
         if dp % shard:
             raise ValueError(f"shard_group_size {shard} does not divide dp {dp}")
         sizes = {"tp": tp, "cp": cp, "pp": pp, "dp_shard": shard, "dp_replicate": dp // shard}
-        return cls((name, sizes[name]) for name in MESH_AXES)
+        return cls(((name, sizes[name]) for name in MESH_AXES), ep=ep, etp=etp or tp)
 
     # sizes ---------------------------------------------------------------------------
 
@@ -156,10 +165,10 @@ class Mesh:
         found = self._groups.get(key)
         if found is None:
             special = _SPECIAL_GROUPS.get(name)
-            if special is not None:
-                found = special(self, rank)
-            elif name in GROUPS:
+            if name in GROUPS:
                 found = self.varying(rank, GROUPS[name])
+            elif special is not None:
+                found = special(self, rank)
             else:
                 raise ValueError(f"unknown process group {name!r} (known: {', '.join([*GROUPS, *_SPECIAL_GROUPS])})")
             self._groups[key] = found
@@ -181,10 +190,29 @@ class Mesh:
         return "Mesh(" + ", ".join(f"{n}={s}" for n, s in self.axes) + ")"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Mesh) and self.axes == other.axes
+        return isinstance(other, Mesh) and (self.axes, self.ep, self.etp) == (other.axes, other.ep, other.etp)
 
     def __hash__(self) -> int:
-        return hash(self.axes)
+        return hash((self.axes, self.ep, self.etp))
+
+    # expert parallelism (module docstring) ----------------------------------------------
+
+    def stage_ranks(self, rank: int) -> tuple[int, ...]:
+        """The ranks of ``rank``'s pipeline stage, in stage-index order (tp fastest, then cp, dp)."""
+        axes = [(a, s) for a, s in self.axes if a != "pp"]
+        base = rank - sum(self.coord(rank, a) * self.strides[a] for a, _ in axes)
+        out = [base]
+        for a, size in axes:
+            out = [r + i * self.strides[a] for i in range(size) for r in out]
+        return tuple(out)
+
+    def expert_group(self, rank: int, kind: str) -> tuple[int, ...]:
+        """``rank``'s expert-parallel (``ep``) or expert data-parallel (``edp``) group, ascending."""
+        stage = self.stage_ranks(rank)
+        i = stage.index(rank)
+        inner, outer = (self.etp, self.ep) if kind == "ep" else (self.etp * self.ep, len(stage) // (self.etp * self.ep))
+        base = i - (i // inner) % outer * inner
+        return tuple(sorted(stage[base + j * inner] for j in range(outer)))
 
 
 def _embedding_group(mesh: Mesh, rank: int) -> tuple[int, ...]:
@@ -193,10 +221,15 @@ def _embedding_group(mesh: Mesh, rank: int) -> tuple[int, ...]:
 
 
 # groups that are not a product of axes
-_SPECIAL_GROUPS: Mapping[str, Callable[[Mesh, int], tuple[int, ...]]] = {"embedding": _embedding_group}
+_SPECIAL_GROUPS: Mapping[str, Callable[[Mesh, int], tuple[int, ...]]] = {
+    "embedding": _embedding_group,
+    "ep": lambda mesh, rank: mesh.expert_group(rank, "ep"),
+    "edp": lambda mesh, rank: mesh.expert_group(rank, "edp"),
+}
 
 
 def mesh_for(scenario: Scenario) -> Mesh:
     """The mesh of a validated scenario's parallel layout."""
     par = scenario.parallelism
-    return Mesh.from_sizes(tp=par.tp, cp=par.cp, pp=par.pp, dp=scenario.dp, shard_group_size=par.shard_group_size)
+    return Mesh.from_sizes(tp=par.tp, cp=par.cp, pp=par.pp, dp=scenario.dp, shard_group_size=par.shard_group_size,
+                           ep=par.ep, etp=par.expert_tp)

@@ -55,16 +55,26 @@ class ParamCounts:
     position: int  # learned position table s*h (0 for rotary)
     output: int  # untied output projection V*h (0 when tied)
     final_norm: int
+    moe_layers: int = 0  # layers whose dense MLP is replaced by routed experts
+    moe_extra: int = 0  # an MoE layer's parameters over a dense one's (all experts, router; costs/moe.py)
+    moe_active_extra: int = 0  # the same for the parameters one token multiplies by (top-k + shared experts)
 
     @property
     def total(self) -> int:
-        return self.per_layer * self.layers + self.embedding + self.position + self.output + self.final_norm
+        return (self.per_layer * self.layers + self.moe_layers * self.moe_extra + self.embedding + self.position
+                + self.output + self.final_norm)
 
     @property
     def matmul(self) -> int:
-        """Parameters that take part in matrix multiplies (the N of 6N)."""
+        """Parameters that take part in a token's matrix multiplies (the N of 6N): for a mixture of
+        experts the *active* ones (top-k routed and the shared experts, the router)."""
         logits = self.output if self.output else self.embedding
-        return self.per_layer * self.layers + logits + self.final_norm
+        return self.per_layer * self.layers + self.moe_layers * self.moe_active_extra + logits + self.final_norm
+
+    @property
+    def active(self) -> int:
+        """Parameters a token's forward uses (total for a dense model)."""
+        return self.total - self.moe_layers * (self.moe_extra - self.moe_active_extra)
 
 
 def param_counts(

@@ -31,7 +31,7 @@ from simulator.units import format_bytes
 __all__ = ["compute_result", "merge_intervals", "subtract_intervals", "memory_timeline", "rank_breakdown",
            "wire_bytes_per_rank", "sent_bytes"]
 
-COMM_PRIORITY = ("tp", "cp", "shard", "dp", "pp", "offload")
+COMM_PRIORITY = ("tp", "cp", "ep", "shard", "dp", "pp", "offload")
 MEMORY_CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "other")
 
 Interval = tuple[float, float]

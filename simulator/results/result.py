@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from simulator.results.moe import MoeSummary
+
 __all__ = ["Result", "RankMemory", "Breakdown", "OomDetail", "LinkUsage", "CommSummary"]
 
 
@@ -126,3 +128,4 @@ class Result(_Out):
     wire_bytes_per_rank: dict[str, float] = Field(description="bytes the critical rank sends per step, by kind")
     communication: list[CommSummary]
     engine: dict[str, Any]
+    moe: MoeSummary | None = Field(None, description="mixture-of-experts summary (null for a dense model)")

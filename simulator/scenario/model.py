@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, ValidationError, ValidationInfo, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError, ValidationInfo, model_validator
 
 from simulator.catalog import Catalog
 from simulator.fields import Frozen
+from simulator.scenario.moe import MlaSpec, MoeLayers, Router, is_moe_layer
 from simulator.scenario.resolve import catalog_in
 from simulator.yamlio import error_from_validation
 
@@ -42,6 +43,22 @@ class ModelSpec(Frozen):
     bias: bool = Field(True, description="linear layers and norms carry bias vectors")
     dropout: bool = Field(True, description="dropout after attention and MLP (stores 1-byte masks)")
     source: str | None = Field(None, description="citation for the architecture")
+    experts: NonNegativeInt = Field(0, description="routed experts per MoE layer (0 = a dense model)")
+    experts_per_token: PositiveInt | None = Field(None, description="top-k: routed experts each token goes to")
+    shared_experts: NonNegativeInt = Field(0, description="experts every token goes to (DeepSeek, Qwen2-MoE)")
+    expert_ffn_hidden: PositiveInt | None = Field(
+        None, description="each expert's FFN width (a shared expert has the same width); default ffn_hidden")
+    moe_layers: MoeLayers = Field(
+        "all", description="which layers are MoE: all | {every: n} (layers i with i % n == n-1, Megatron's "
+        "moe_layer_freq) | {first_dense: k} (the first k layers dense, DeepSeek style); the others are dense MLPs")
+    capacity_factor: PositiveFloat | None = Field(
+        None, description="expert capacity = ceil(tokens x top-k / experts x factor); tokens above it are dropped "
+        "(Megatron-Core get_capacity); null = dropless")
+    router: Router = Field("softmax-topk", description="softmax-topk (Mixtral, Qwen) | sigmoid-topk (DeepSeek-V3)")
+    attention: Literal["mha-gqa", "mla"] = Field(
+        "mha-gqa", description="mha-gqa: query, key and value projections of heads / kv_heads heads; mla: multi-head "
+        "latent attention (DeepSeek-V2/V3) with the ranks of the mla block")
+    mla: MlaSpec | None = Field(None, description="multi-head latent attention's ranks (attention: mla only)")
 
     @model_validator(mode="before")
     @classmethod
@@ -59,7 +76,37 @@ class ModelSpec(Frozen):
             raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads={self.heads} is not divisible by kv_heads={self.kv_heads}")
+        if (self.attention == "mla") != (self.mla is not None):
+            raise ValueError("attention: mla and the mla block go together")
+        if self.experts:
+            if self.experts_per_token is None:
+                raise ValueError("a model with experts needs experts_per_token (top-k)")
+            if self.experts_per_token > self.experts:
+                raise ValueError(f"experts_per_token={self.experts_per_token} exceeds experts={self.experts}")
+        elif self.experts_per_token is not None or self.shared_experts or self.capacity_factor is not None:
+            raise ValueError("experts_per_token, shared_experts and capacity_factor need experts > 0")
         return self
+
+    @property
+    def moe(self) -> bool:
+        """True for a mixture-of-experts model."""
+        return self.experts > 0
+
+    @property
+    def top_k(self) -> int:
+        return self.experts_per_token or 0
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.expert_ffn_hidden or self.ffn
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether 0-based ``layer`` has routed experts instead of a dense MLP."""
+        return self.moe and is_moe_layer(self.moe_layers, layer)
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(1 for i in range(self.layers) if self.is_moe_layer(i))
 
     @property
     def n_kv_heads(self) -> int:

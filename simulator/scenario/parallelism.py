@@ -15,6 +15,7 @@ from pydantic import Field, PositiveInt, model_validator
 
 from simulator.errors import ScenarioError
 from simulator.fields import Bytes, Elements, Frozen, NonNegativeElements
+from simulator.scenario.moe import MoeOptions
 from simulator.units import MiB
 
 __all__ = [
@@ -118,6 +119,13 @@ class ParallelismSpec(Frozen):
     pp: PositiveInt = Field(1, description="pipeline stages")
     dp: PositiveInt | Literal["auto"] = Field("auto", description="data-parallel size; auto = world / (tp*pp*cp)")
     cp: PositiveInt = Field(1, description="context-parallel size (sequence split across ranks)")
+    ep: PositiveInt = Field(
+        1, description="expert-parallel size: the routed experts of an MoE layer are split over ep ranks, which "
+        "exchange tokens by all-to-all (Megatron-Core expert_model_parallel_size); attention keeps tp/cp/dp")
+    etp: PositiveInt | None = Field(
+        None, description="expert tensor-parallel size: each expert's FFN split over etp ranks; null = tp "
+        "(Megatron-Core expert_tensor_parallel_size default). Expert data-parallel size = world / (pp*ep*etp)")
+    moe: MoeOptions = Field(default_factory=MoeOptions, description="MoE token dispatcher and its overlap")
     sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (with tp > 1)")
     cp_comm: CpComm = Field(
         "ring-p2p", description="how context parallelism moves keys and values between the ring's attention steps: "
@@ -158,6 +166,11 @@ class ParallelismSpec(Frozen):
     zero: ZeroOptions = Field(default_factory=ZeroOptions, description="options of sharding: zero1, zero2, zero3, mics")
     fsdp: FsdpOptions = Field(default_factory=FsdpOptions, description="options of sharding: fsdp, hsdp")
     mics: MicsOptions = Field(default_factory=MicsOptions, description="options of sharding: mics")
+
+    @property
+    def expert_tp(self) -> int:
+        """etp, defaulting to tp (Megatron-Core parallel_state.py:871-872 at d98e8a6)."""
+        return self.etp or self.tp
 
     @model_validator(mode="after")
     def _options_match_sharding(self) -> ParallelismSpec:

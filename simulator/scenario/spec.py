@@ -34,6 +34,7 @@ from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, wi
 from simulator.scenario.fp8 import Fp8Spec
 from simulator.scenario.framework import GENERIC, Framework, apply_framework, framework_settings, source_of
 from simulator.scenario.model import ModelSpec
+from simulator.scenario.moe import check_experts
 from simulator.scenario.parallelism import (
     DdpOptions,
     FsdpOptions,
@@ -237,6 +238,7 @@ class Scenario(Frozen):
             )
         self._check_pipeline()
         self._check_sharding()
+        check_experts(model, par, train, self.world_size)
         check_attention_kernel(train, self.source_of, cluster.gpu_spec.architecture, cluster.gpu_spec.full_name)
         peak = cluster.gpu_spec.peak_flops_per_s(train.precision)
         if peak is None:
@@ -294,6 +296,12 @@ class Scenario(Frozen):
             raise InfeasibleError(
                 "offload_optimizer (ZeRO-Offload) needs a ZeRO stage, fsdp or mics", field="parallelism.offload_optimizer"
             )
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: world / (pp * ep * etp) (Megatron-Core parallel_state.py:880)."""
+        par = self.parallelism
+        return self.world_size // (par.pp * par.ep * par.expert_tp)
 
     # -- derived sizes ------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from simulator.fields import Frozen, Precision
 from simulator.scenario.attention import AttentionKernel
 from simulator.scenario.fp8 import Fp8Spec
 from simulator.scenario.host import HostSpec
+from simulator.scenario.moe import MoeRouting
 
 __all__ = ["TrainingSpec", "SimSpec", "Recompute"]
 
@@ -67,6 +68,8 @@ class TrainingSpec(Frozen):
         "reduction chains into kernels of that cost); false = eager PyTorch, one kernel per op with fp32 upcasts "
         "(a composite RMSNorm, SiLU-times-up, complex rotary), which also keeps their fp32 intermediates for the "
         "backward when those are not recomputed")
+    moe_routing: MoeRouting = Field(default_factory=MoeRouting, description="routing skew of an MoE model: "
+                                    "per-expert token counts per micro-batch (simulator/costs/moe.py)")
     host: HostSpec = Field(default_factory=HostSpec, description="host-side issue costs: CPU time per launched op, "
                            "per micro-batch and per step (simulator/costs/host.py)")
 

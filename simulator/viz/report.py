@@ -13,6 +13,7 @@ from typing import Any
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from simulator.results.moe import moe_lines
 from simulator.results.simulation import Simulation
 from simulator.scenario.notes import bandwidth_lines, overlap_settings, setting_notes, why_lines
 from simulator.units import MILLISECOND, format_bytes, format_time
@@ -77,6 +78,7 @@ def summary_rows(result: Any, scenario: Any) -> list[tuple[str, str]]:
         ("throughput", f"{result.tokens_per_s:,.0f} tokens/s ({result.samples_per_s:,.1f} samples/s){invalid}"),
         ("per GPU", f"{result.tflops_per_gpu:.1f} TFLOP/s model, {result.hardware_tflops_per_gpu:.1f} hardware; "
                     f"MFU {100 * result.mfu:.1f}%, HFU {100 * result.hfu:.1f}%{invalid}"),
+        *moe_lines(result.moe),
         ("peak memory", f"{format_bytes(mem.peak_bytes)} of {format_bytes(mem.capacity_bytes)} (rank {mem.rank}): "
                         + ("OUT OF MEMORY" if result.oom else "fits")
                         + f"; caching allocator: allocated {format_bytes(result.peak_allocated_bytes)}, "

@@ -20,6 +20,7 @@ CATEGORY_COLOURS = {
     "compute": "#4c78a8",
     "tp": "#f58518",
     "cp": "#b279a2",
+    "ep": "#17becf",
     "shard": "#e45756",
     "dp": "#54a24b",
     "pp": "#eeca3b",

@@ -26,6 +26,7 @@ _STREAM_NOTES = {
     "compute": "kernels in launch order: forward, backward, activation recomputation and the optimizer step",
     "tp": "tensor-parallel collectives",
     "cp": "context-parallel collectives",
+    "ep": "expert-parallel token dispatch and combine (all-to-all, or all-gather / reduce-scatter)",
     "dp": "data-parallel gradient collectives (one bar per bucket)",
     "shard": "sharded-parameter gathers and gradient reduce-scatters",
     "pp": "collectives over the pipeline group (e.g. the tied-embedding gradient sync)",

@@ -7,6 +7,7 @@ workload builder and the memory pre-estimate use the same numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.costs.elementwise import EAGER_SAVED_FP32_BYTES
@@ -23,6 +24,7 @@ from simulator.costs.memory import (
 )
 from simulator.scenario.spec import Scenario
 from simulator.workload.model import Shard
+from simulator.workload.moe import imbalance_of
 from simulator.workload.parallel import context
 from simulator.workload.steps import LayerSpec
 
@@ -96,16 +98,17 @@ class ActivationSizes:
     logits: float
     loss_workspace: float = 0.0
     loss_transient: float = 0.0
+    moe_layer: float = 0.0  # an MoE block's stored bytes (per_layer is a dense block's)
 
     @classmethod
     def of(cls, scenario: Scenario) -> ActivationSizes:
         m, par, train = scenario.model, scenario.parallelism, scenario.training
         shard = shard_of(scenario)
 
-        def layer(recompute: str) -> float:
+        def layer(recompute: str, ffn: int = m.ffn) -> float:
             return layer_activation_bytes(
                 seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads,
-                ffn_hidden=m.ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
+                ffn_hidden=ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                 recompute=recompute, flash_attention=shard.flash, dropout=m.dropout,
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
                 sp_keeps_gathered=par.sp_keeps_gathered_input, compiled=train.compile is True,
@@ -130,10 +133,12 @@ class ActivationSizes:
         loss = loss_workspace_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp, cross_entropy=train.cross_entropy)
         transient = loss_forward_transient_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp,
                                                  cross_entropy=train.cross_entropy, logits_bytes=shard.elem)
-        return cls(stored, full, workspace, embedding, logits, loss, transient)
+        return cls(stored, full, workspace, embedding, logits, loss, transient, moe_layer_bytes(scenario, layer))
 
-    def stored(self, kind: str) -> float:
-        """Bytes a unit of ``kind`` stores for its backward."""
+    def stored(self, kind: str, moe: bool = False) -> float:
+        """Bytes a unit of ``kind`` stores for its backward (``moe``: an MoE block)."""
+        if moe:
+            return self.moe_layer
         return {"embedding": self.embedding, "logits": self.logits, "block": self.per_layer}[kind]
 
     def forward_transient(self, kind: str) -> float:
@@ -143,3 +148,21 @@ class ActivationSizes:
     def workspace(self, kind: str) -> float:
         """Transient bytes of a unit's backward beyond what it stored."""
         return {"embedding": 0.0, "logits": self.loss_workspace, "block": self.backward_workspace}[kind]
+
+
+def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int], float]) -> float:
+    """An MoE block's stored activations (tp = 1): the dense block's formula with the MLP's
+    intermediate width that one token's share of the experts' rows has, ``k x f x F_e / etp +
+    shared x F_e`` (f: the busiest EP rank's load factor, :mod:`simulator.workload.moe`), plus
+    the dispatched tokens the routed experts' fc1 keeps for its weight gradient, ``f x T x k x h``
+    elements. Under full recomputation only the block input is kept, as for a dense block."""
+    m, train = scenario.model, scenario.training
+    if not m.moe:
+        return 0.0
+    f = imbalance_of(scenario).factor
+    width = m.top_k * f * m.expert_ffn / scenario.parallelism.expert_tp + m.shared_experts * m.expert_ffn
+    stored = layer(train.recompute, round(width))
+    if train.recompute == "full":
+        return stored
+    shard = shard_of(scenario)
+    return stored + f * shard.tokens * m.top_k * m.hidden * shard.elem

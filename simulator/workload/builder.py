@@ -21,7 +21,7 @@ from simulator.ir import KernelInfo, Program
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
 from simulator.workload.activations import state_bytes_per_param
-from simulator.workload.data_parallel import Strategy, strategy_for
+from simulator.workload.data_parallel import Strategy, expert_sharded_states, strategy_for
 from simulator.workload.emitter import Emitter
 from simulator.workload.fusion import CommCost, CommTime, layer_comm_private
 from simulator.workload.layers import LayerEmitter
@@ -80,9 +80,10 @@ class Workload:
         self.symmetry = Symmetry(self.mesh, self.gpus_per_node, self.symmetric, self.rank_key)
         self.strategy = strategy_for(sc, self.mesh, self.layout, self.strategy_tag)
         self.overlap_slowdown = overlap_slowdown(sc, self.nccl)
-        fuse = self.comm_time is not None and layer_comm_private(self.mesh, self.gpus_per_node, self.node_kind)
+        fuse = (self.comm_time is not None and layer_comm_private(self.mesh, self.gpus_per_node, self.node_kind)
+                and self.mesh.ep == 1)  # the all-to-all of expert parallelism runs on the shared network
         rep = self.mesh.stage_representatives[0]
-        groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp")}
+        groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp"), "ep": self.mesh.group(rep, "ep")}
         self.layers = LayerEmitter(sc, self.layout, self.profile, fuse_layers=fuse,
                                    comm_time=self.comm_time or (lambda op, group, nbytes: CommCost(0.0)), groups=groups,
                                    overlap_slowdown=self.overlap_slowdown, join_group=self.mesh.group,
@@ -109,7 +110,7 @@ class Workload:
         stage = self.mesh.stage(rank)
         params = self.layout.params_of_stage(stage)
         per = state_bytes_per_param(self.scenario)
-        states = self.strategy.model_states(stage, params, per)
+        states = expert_sharded_states(self.strategy, self.scenario, stage, params, per)
         return {"params": states.params, "grads": states.grads, "optimizer": states.optimizer,
                 "buffers": self.strategy.static_buffers(params), "other": CUDA_CONTEXT_BYTES}
 

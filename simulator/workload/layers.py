@@ -20,6 +20,7 @@ from simulator.workload.activations import ActivationSizes, shard_of
 from simulator.workload.emitter import RankEmitter
 from simulator.workload.fusion import CommTime, Job, Macro, fuse, job_label
 from simulator.workload.layout import Chunk, ModelLayout
+from simulator.workload.moe import moe_shape
 from simulator.workload.parallel import layer_steps
 from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, TimedStep, timed
 
@@ -44,20 +45,21 @@ class LayerEmitter:
         self.join_group = join_group
         self.symmetric = symmetric
         self.host = scenario.training.host.costs()
-        self._steps: dict[tuple[str, str], list[TimedStep]] = {}
+        self._steps: dict[tuple[str, str, bool], list[TimedStep]] = {}
         self._macros: dict[tuple[str, tuple[int, ...]], Macro] = {}
 
     # layer programs (cached) ----------------------------------------------------------------
 
-    def steps(self, kind: str, phase: str) -> list[TimedStep]:
-        """The timed steps of one unit kind (embedding, block, logits) in one phase."""
-        key = (kind, phase)
+    def steps(self, kind: str, phase: str, moe: bool = False) -> list[TimedStep]:
+        """The timed steps of one unit kind (embedding, block, logits) in one phase (``moe``: an MoE block)."""
+        key = (kind, phase, moe)
         found = self._steps.get(key)
         if found is None:
             par, train = self.sc.parallelism, self.sc.training
             spec = LayerSpec(self.sc.model, self.shard, kind, phase, tp_overlap=par.tp_overlap,
                              comm_overlap=par.tp_comm_overlap, cp_comm=par.cp_comm, cp_kv_heads=par.cp_kv_heads,
-                             recompute=train.recompute if kind == "block" and phase == "bwd" else "none")
+                             recompute=train.recompute if kind == "block" and phase == "bwd" else "none",
+                             moe=moe_shape(self.sc) if moe else None)
             # the micro-batch's host work (data loader, inputs) precedes its first layer
             per_mb = self.host.microbatch_s if (kind, phase) == ("embedding", "fwd") else 0.0
             found = self._steps[key] = timed(layer_steps(spec), self.profile, train.precision,
@@ -68,15 +70,16 @@ class LayerEmitter:
         """The layer passes of a unit in execution order (a block under full recomputation
         replays its forward first), with the activation bytes each allocates and frees."""
         kind, layer = self.layout.unit_kind(unit)
-        stored = self.activations.stored(kind)
+        moe = kind == "block" and self.sc.model.is_moe_layer(layer)
+        stored = self.activations.stored(kind, moe)
         if phase == "fwd":  # a transient (the loss's logits and their copy) from the start, kept part at the end
             transient = self.activations.forward_transient(kind)
-            return [Job(kind, "fwd", layer, self.steps(kind, "fwd"), transient, stored - transient)]
+            return [Job(kind, "fwd", layer, self.steps(kind, "fwd", moe), transient, stored - transient)]
         jobs = []
         if kind == "block" and self.sc.training.recompute == "full":
-            jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd"), 0.0, 0.0))
+            jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd", moe), 0.0, 0.0))
         workspace = self.activations.workspace(kind)
-        jobs.append(Job(kind, "bwd", layer, self.steps(kind, "bwd"), workspace, -(workspace + stored)))
+        jobs.append(Job(kind, "bwd", layer, self.steps(kind, "bwd", moe), workspace, -(workspace + stored)))
         return jobs
 
     # emission ----------------------------------------------------------------------------------
@@ -103,7 +106,7 @@ class LayerEmitter:
         for step_timed in job.steps:
             step = step_timed.step
             if isinstance(step, CommStep):
-                group = "cp" if step.axis == "cp" else "tp"
+                group = step.axis if step.axis in ("cp", "ep") else "tp"
                 comm = emit.emitter.comm_op(emit.rank, step.op, group, step.nbytes)  # type: ignore[arg-type]
                 join = (group, comm.group, mb, chunk.index, layer, phase, step.name)
                 tid = emit.task(group, step.name, group, comm=comm, join=join, deps=list(deps),

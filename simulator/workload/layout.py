@@ -10,9 +10,11 @@ embedding (first chunk) and the logits (last chunk); pipeline rank ``p`` holds c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from typing import Literal
 
 from simulator.costs.flops import ParamCounts, param_counts
+from simulator.costs.moe import expert_params, moe_mlp_params
 from simulator.scenario.spec import Scenario
 from simulator.workload.data_parallel.buckets import Param
 
@@ -47,6 +49,18 @@ class ModelLayout:
             vocab=m.vocab, seq_len=m.seq_len, mlp=m.mlp, norm=m.norm, position_embedding=m.position_embedding,
             tied_embeddings=m.tied_embeddings, bias=m.bias,
         )
+        if m.mla is not None:  # the MHA projections replaced by MLA's (scenario/moe.py MlaSpec)
+            q, kv = m.mla.projection_params(m.hidden, m.heads)
+            mha = m.hidden * (m.hidden + 2 * m.n_kv_heads * m.head_dim) + m.hidden * m.hidden
+            mla = q + kv + m.heads * m.mla.v_head_dim * m.hidden
+            self.counts = _replace(self.counts, per_layer=self.counts.per_layer - mha + mla)
+        if m.moe:
+            total, active = moe_mlp_params(hidden=m.hidden, experts=m.experts, top_k=m.top_k, shared=m.shared_experts,
+                                           expert_ffn=m.expert_ffn, mlp=m.mlp)
+            dense = (3 if m.mlp == "swiglu" else 2) * m.hidden * m.ffn + (
+                ((2 if m.mlp == "swiglu" else 1) * m.ffn + m.hidden) if m.bias else 0)
+            self.counts = _replace(self.counts, moe_layers=m.n_moe_layers, moe_extra=total - dense,
+                                   moe_active_extra=active - dense)
         counts = self.scenario.stage_layer_counts
         chunks, start = [], 0
         for i, n in enumerate(counts):
@@ -100,11 +114,19 @@ class ModelLayout:
             params.append(Param("embedding", self.counts.embedding // t + self.counts.position, 0))
         for layer in chunk.layers:
             u = layer + 1
+            qkv, proj = (m.hidden * qkv_width + bias * qkv_width) // t, m.hidden * m.hidden // t + bias * m.hidden
+            if m.mla is not None:  # tp = 1 (scenario/moe.py check_experts)
+                qkv, proj = sum(m.mla.projection_params(m.hidden, m.heads)), m.heads * m.mla.v_head_dim * m.hidden
             params += [
                 Param(f"l{layer}.ln1", norm, u),
-                Param(f"l{layer}.qkv", (m.hidden * qkv_width + bias * qkv_width) // t, u),
-                Param(f"l{layer}.proj", m.hidden * m.hidden // t + bias * m.hidden, u),
+                Param(f"l{layer}.qkv", qkv, u),
+                Param(f"l{layer}.proj", proj, u),
                 Param(f"l{layer}.ln2", norm, u),
+            ]
+            if m.is_moe_layer(layer):
+                params += self._moe_params(layer)
+                continue
+            params += [
                 Param(f"l{layer}.fc1", (n_up * m.hidden * m.ffn + bias * n_up * m.ffn) // t, u),
                 Param(f"l{layer}.fc2", m.hidden * m.ffn // t + bias * m.hidden, u),
             ]
@@ -112,6 +134,22 @@ class ModelLayout:
             output = self.counts.output or (0 if chunk.embedding else self.counts.embedding)
             params.append(Param("final_norm+output", self.counts.final_norm + output // t, m.layers + 1))
         return params
+
+    def _moe_params(self, layer: int) -> list[Param]:
+        """One rank's share of an MoE layer's MLP: the router (replicated), the shared experts
+        (split by tp, as Megatron-Core's SharedExpertMLP) and its ep rank's E/ep routed experts,
+        each split by etp. Names ending in ``.experts`` are the expert-parallel parameters."""
+        m, par = self.scenario.model, self.scenario.parallelism
+        one, u = expert_params(m.hidden, m.expert_ffn, m.mlp), layer + 1
+        out = [Param(f"l{layer}.router", m.hidden * m.experts, u)]
+        if m.shared_experts:
+            out.append(Param(f"l{layer}.shared_experts", m.shared_experts * one // par.tp, u))
+        out.append(Param(f"l{layer}.experts", m.experts // par.ep * one // par.expert_tp, u))
+        return out
+
+    def expert_params_of_stage(self, pp_rank: int) -> float:
+        """The routed-expert parameters one rank of ``pp_rank`` holds (sharded over expert data parallelism)."""
+        return float(sum(p.numel for p in self.stage_params(pp_rank) if p.name.endswith(".experts")))
 
     def params_of_chunk(self, chunk: Chunk) -> float:
         return float(sum(p.numel for p in self.chunk_params(chunk)))

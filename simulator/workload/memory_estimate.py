@@ -36,7 +36,7 @@ from simulator.cluster.mesh import mesh_for
 from simulator.scenario import Scenario
 from simulator.workload.activations import ActivationSizes, state_bytes_per_param
 from simulator.workload.builder import CUDA_CONTEXT_BYTES
-from simulator.workload.data_parallel import Strategy, Zero3, strategy_for
+from simulator.workload.data_parallel import Strategy, Zero3, expert_sharded_states, strategy_for
 from simulator.workload.layout import Chunk, ModelLayout
 
 __all__ = ["MemoryEstimate", "estimate_peak_memory", "estimate_stage_memory", "in_flight_chunks"]
@@ -98,7 +98,7 @@ def estimate_stage_memory(scenario: Scenario) -> tuple[MemoryEstimate, ...]:
     out: list[MemoryEstimate] = []
     for stage in range(par.pp):
         params = layout.params_of_stage(stage)
-        states = strategy.model_states(stage, params, per_param)
+        states = expert_sharded_states(strategy, scenario, stage, params, per_param)
         chunks = layout.chunks_of_stage(stage)
         held = in_flight_chunks(par.pipeline_schedule, par.pp, stage, scenario.micro_batches, par.virtual_stages)
         # the held chunks are the stage's chunks in forward order, repeated over micro-batches

@@ -17,6 +17,7 @@ from simulator.costs.host import NO_HOST, HostCosts, host_time_s, issue_bound_ti
 from simulator.costs.memory import op_policy_saved_matmuls
 from simulator.ir import KernelInfo
 from simulator.scenario.spec import ModelSpec
+from simulator.workload.mla import with_mla
 from simulator.workload.model import (
     Kernel,
     Shard,
@@ -26,6 +27,7 @@ from simulator.workload.model import (
     kernel_time_s,
     logits_forward,
 )
+from simulator.workload.moe import MoeShape, with_moe_mlp
 
 __all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "kernel_shape", "base_steps", "attention_core", "split_casts",
            "op_policy_recompute", "recompute_steps"]
@@ -45,7 +47,7 @@ class CommStep:
     op: str
     nbytes: float
     overlap: bool = False  # runs concurrently with the next compute step
-    axis: str = "tp"  # the mesh group: tp, or cp (context parallelism's key/value exchange)
+    axis: str = "tp"  # the mesh group: tp, cp (context parallelism's key/value exchange) or ep (MoE dispatch)
 
 
 Step = ComputeStep | CommStep
@@ -64,6 +66,7 @@ class LayerSpec:
     recompute: str = "none"  # the block backward's recomputation policy (full replays the forward as its own pass)
     cp_comm: str = "ring-p2p"  # parallelism.cp_comm: how context parallelism moves K/V (ring-p2p | allgather)
     cp_kv_heads: str = "grouped"  # parallelism.cp_kv_heads: K/V heads the attention call sees (grouped | repeated)
+    moe: MoeShape | None = None  # an MoE layer (workload/moe.py): its experts replace the dense MLP
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,10 @@ def base_steps(spec: LayerSpec) -> list[Step]:
     model, shard = spec.model, spec.shard
     if spec.kind == "block":
         fwd = block_forward(model, shard)
+        if model.mla is not None:
+            fwd = with_mla(fwd, model, shard)
+        if spec.moe is not None:
+            fwd = with_moe_mlp(fwd, model, shard, spec.moe)
         if spec.phase == "fwd":
             return [ComputeStep("fwd", tuple(fwd))]
         recompute = tuple(attention_core(fwd)) if spec.recompute == "selective" else ()

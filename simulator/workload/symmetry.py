@@ -32,8 +32,10 @@ SMALL_COLLECTIVE_BYTES = 1 * MiB
 
 
 def block_ranks(mesh: Mesh, gpus_per_node: int) -> int:
-    """Ranks of the smallest block of whole nodes that holds whole data-parallel replicas."""
-    return math.lcm(mesh.slice_size, gpus_per_node)
+    """Ranks of the smallest block of whole nodes that holds whole data-parallel replicas (and
+    whole expert-parallel groups, which span ``ep*etp / (tp*cp)`` replicas)."""
+    replicas = max(1, (mesh.ep * mesh.etp) // (mesh.tp * mesh.cp))
+    return math.lcm(mesh.slice_size * replicas, gpus_per_node)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from simulator.units import MICROSECOND
 
 __all__ = ["STREAM_ORDER", "ITERATION_TID", "to_us", "span_us", "assign_lanes", "stream_threads"]
 
-STREAM_ORDER = ("compute", "tp", "cp", "shard", "dp", "pp", "offload")
+STREAM_ORDER = ("compute", "tp", "cp", "ep", "shard", "dp", "pp", "offload")
 ITERATION_TID = 1
 
 # -- time ---------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.cluster.mesh import Mesh
+from simulator.costs.memory import ModelStateBytes
+from simulator.costs.moe import expert_state_shards
 from simulator.scenario.spec import Scenario
 from simulator.workload.data_parallel.base import Strategy, gathered_bytes_per_element, grad_reduce_bytes, param_bytes
 from simulator.workload.data_parallel.buckets import Bucket, Param, assign_buckets
@@ -24,7 +26,7 @@ from simulator.workload.data_parallel.zero import BucketedZero
 from simulator.workload.data_parallel.zero3 import Zero3
 from simulator.workload.layout import ModelLayout
 
-__all__ = ["Strategy", "DDP", "BucketedZero", "Zero3", "FSDP", "MiCS", "STRATEGIES", "strategy_for",
+__all__ = ["expert_sharded_states", "Strategy", "DDP", "BucketedZero", "Zero3", "FSDP", "MiCS", "STRATEGIES", "strategy_for",
            "register_strategy", "grad_reduce_bytes", "param_bytes", "gathered_bytes_per_element", "Param", "Bucket", "assign_buckets"]
 
 StrategyFactory = Callable[[Scenario, Mesh, ModelLayout], Strategy[Any]]
@@ -50,3 +52,20 @@ def register_strategy(tag: str, factory: StrategyFactory) -> None:
 def strategy_for(scenario: Scenario, mesh: Mesh, layout: ModelLayout, tag: str | None = None) -> Strategy[Any]:
     """The registered strategy for the scenario's ``parallelism.sharding`` (or ``tag``)."""
     return STRATEGIES[tag or scenario.parallelism.sharding](scenario, mesh, layout)
+
+
+def expert_sharded_states(strategy: Strategy[Any], scenario: Scenario, stage: int, params: float,
+                          per: ModelStateBytes) -> ModelStateBytes:
+    """A stage's model states with its routed-expert parameters sharded over the expert
+    data-parallel group (world / (pp*ep*etp)) where the strategy shards (over dp x cp) what the
+    dense parameters are; the rest as the strategy holds it (:func:`simulator.costs.moe.expert_state_shards`)."""
+    experts = strategy.layout.expert_params_of_stage(stage) if scenario.model.moe else 0.0
+    dense = strategy.model_states(stage, params - experts, per)
+    if experts == 0.0:
+        return dense
+    sharded = strategy.model_states(stage, experts, per)
+    full = (per.params * experts, per.grads * experts, per.optimizer * experts)
+    edp = scenario.edp
+    ex = [expert_state_shards(v, f, edp) for v, f in zip((sharded.params, sharded.grads, sharded.optimizer), full,
+                                                          strict=True)]
+    return ModelStateBytes(dense.params + ex[0], dense.grads + ex[1], dense.optimizer + ex[2])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simulator.workload.parallel import context, tensor
+from simulator.workload.parallel import context, expert, tensor
 from simulator.workload.steps import LayerSpec, Step, base_steps, split_casts
 
 __all__ = ["LAYER_PASSES", "LayerPass", "layer_steps"]
@@ -19,8 +19,9 @@ __all__ = ["LAYER_PASSES", "LayerPass", "layer_steps"]
 LayerPass = Callable[[LayerSpec, list[Step]], list[Step]]
 
 # applied in this order: tensor parallelism decides where its collectives sit, then context
-# parallelism wraps the attention core of the result
-LAYER_PASSES: dict[str, LayerPass] = {"tp": tensor.place, "cp": context.place}
+# parallelism wraps the attention core of the result; expert parallelism puts the token
+# dispatch and combine around an MoE layer's routed experts
+LAYER_PASSES: dict[str, LayerPass] = {"tp": tensor.place, "cp": context.place, "ep": expert.place}
 
 
 def layer_steps(spec: LayerSpec) -> list[Step]:

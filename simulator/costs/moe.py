@@ -1,0 +1,100 @@
+"""Mixture-of-experts arithmetic (pure functions): expert parameter counts, the token
+dispatcher's bytes, expert capacity, and the routing-skew model.
+
+Parameters of one MoE layer's MLP (Megatron-Core ``MoELayer``: router, ``experts``,
+``shared_experts``; megatron/core/transformer/moe/moe_layer.py at d98e8a6):
+
+* router: ``h x E`` (``TopKRouter.weight`` of shape [E, h], router.py; no bias);
+* each routed and each shared expert: ``n_mats x h x F_e`` (SwiGLU: gate, up, down, n_mats = 3;
+  GELU: 2), F_e = ``expert_ffn_hidden``.
+
+Total parameters count every expert; *active* parameters, those a token's forward multiplies
+by, count top-k routed experts plus the shared ones and the router. Model FLOPs use the
+active count (6 x N_active per token): the convention of the Result.
+
+Token dispatch (``alltoall``, Megatron-Core ``MoEAlltoAllTokenDispatcher``, token_dispatcher.py:
+705 and 864 at d98e8a6): each token's hidden state is sent once per selected expert and its
+output sent back, so per token and direction ``hidden x top_k x bytes`` leave the rank (a
+share ``1/ep`` of which stays on the rank itself); forward dispatch + combine move twice that,
+and the backward repeats both.
+
+Routing skew: per micro-batch the experts' shares p of the routed tokens are the given
+histogram or a draw from a symmetric Dirichlet(alpha = 1/skew) (skew 0: p = 1/E exactly);
+expert e receives ``p_e x N`` of the ``N = tokens x top_k`` routed tokens (expected counts, no
+sampling noise), capped at ``ep x capacity`` when a capacity factor is set (each of the ep
+source ranks drops above its capacity, moe_utils.py:1051 ``get_capacity(num_tokens * topk, E,
+cf)``). An EP rank's load is the sum over its ``E/ep`` experts; the busiest rank's load over
+the balanced load ``N / ep`` is the factor by which the expert GEMMs, and the largest
+all-to-all message, exceed perfect balance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["expert_params", "moe_mlp_params", "dispatch_bytes_per_token", "expert_capacity", "RoutingImbalance",
+           "routing_imbalance", "expert_state_shards"]
+
+
+def expert_params(hidden: int, expert_ffn: int, mlp: str) -> int:
+    """Parameters of one expert: n_mats x h x F_e (SwiGLU 3, GELU 2; no biases, as in every MoE preset)."""
+    return (3 if mlp == "swiglu" else 2) * hidden * expert_ffn
+
+
+def moe_mlp_params(*, hidden: int, experts: int, top_k: int, shared: int, expert_ffn: int, mlp: str) -> tuple[int, int]:
+    """(total, active) parameters of one MoE layer's MLP: router + experts (module docstring)."""
+    one = expert_params(hidden, expert_ffn, mlp)
+    router = hidden * experts
+    return router + (experts + shared) * one, router + (top_k + shared) * one
+
+
+def dispatch_bytes_per_token(hidden: int, top_k: int, elem_bytes: int) -> float:
+    """Bytes one token sends in one direction (dispatch, or combine): h x top_k x bytes."""
+    return float(hidden * top_k * elem_bytes)
+
+
+def expert_capacity(tokens: float, experts: int, top_k: int, capacity_factor: float) -> int:
+    """Tokens one expert accepts from one source rank: ceil(tokens x top_k / E x cf) (Megatron-Core get_capacity)."""
+    return math.ceil(tokens * top_k / experts * capacity_factor)
+
+
+@dataclass(frozen=True)
+class RoutingImbalance:
+    """The routing-skew model's answer: the busiest EP rank's load over the balanced load."""
+
+    factor: float  # mean over the draws of max_rank_load / (N / ep)
+    spread: float  # standard deviation of that ratio over the draws
+    dropped_fraction: float  # routed tokens dropped above capacity (mean over draws)
+    samples: int
+
+
+def routing_imbalance(*, experts: int, ep: int, tokens: float, top_k: int, skew: float, seed: int, samples: int,
+                      histogram: list[float] | None = None, capacity_factor: float | None = None) -> RoutingImbalance:
+    """Per-draw busiest EP rank load over the balanced load (module docstring). ``tokens`` are one
+    source rank's tokens of one micro-batch; every one of the ep source ranks routes alike."""
+    routed = tokens * top_k * ep  # routed tokens arriving at the ep group's experts
+    balanced = routed / ep
+    cap = None if capacity_factor is None else ep * expert_capacity(tokens, experts, top_k, capacity_factor)
+    if histogram is not None or skew == 0:
+        shares = np.asarray([histogram if histogram is not None else [1.0 / experts] * experts], dtype=float)
+    else:
+        rng = np.random.default_rng(seed)
+        shares = rng.dirichlet(np.full(experts, 1.0 / skew), size=samples)
+    counts = shares * routed
+    kept = counts if cap is None else np.minimum(counts, cap)
+    per_rank = kept.reshape(len(shares), ep, experts // ep).sum(axis=2)
+    ratio = per_rank.max(axis=1) / balanced
+    dropped = np.maximum(0.0, 1.0 - kept.sum(axis=1) / routed)
+    return RoutingImbalance(float(ratio.mean()), float(ratio.std()), float(dropped.mean()), len(shares))
+
+
+def expert_state_shards(sharded: float, unsharded: float, edp: int) -> float:
+    """An expert state the data-parallel strategy shards (``sharded < unsharded``) is sharded over
+    the expert data-parallel group instead (Megatron-Core's distributed optimizer shards expert
+    parameters over expert_data_parallel_group); an unsharded (or offloaded, 0) one is kept."""
+    if 0.0 < sharded < unsharded:
+        return unsharded / edp
+    return sharded

@@ -1,0 +1,155 @@
+"""Mixture-of-experts pieces of the scenario format: which layers are MoE, the dispatcher
+options (``parallelism.moe``) and the routing-skew model (``training.moe_routing``).
+
+The model's own MoE fields (``experts``, ``experts_per_token``, ``shared_experts``,
+``expert_ffn_hidden``, ``moe_layers``, ``capacity_factor``, ``router``) live on
+:class:`~simulator.scenario.model.ModelSpec`; this module holds their types and the rule
+that says which layer is an MoE layer:
+
+* ``all`` (default when ``experts > 0``): every layer;
+* ``{every: n}``: layers ``i`` with ``i % n == n - 1`` (Megatron-Core ``--moe-layer-freq n``:
+  ``[1 if (i % n == 0) else 0 ...]`` counted from 1, i.e. the n-th, 2n-th, ... layer);
+* ``{first_dense: k}``: the first ``k`` layers dense, the rest MoE (DeepSeek-V3's
+  ``first_k_dense_replace = 3``, DeepSeek-V3 technical report, arXiv:2412.19437 §4.2).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt
+
+from simulator.errors import InfeasibleError
+from simulator.fields import Frozen
+
+__all__ = ["MoeEvery", "MoeFirstDense", "MoeLayers", "MoeOptions", "MoeRouting", "Router", "is_moe_layer", "check_experts", "MlaSpec"]
+
+Router = Literal["softmax-topk", "sigmoid-topk"]
+
+
+class MoeEvery(Frozen):
+    """Every n-th layer is an MoE layer (layers i with i % n == n - 1)."""
+
+    every: PositiveInt = Field(description="an MoE layer every n layers (Megatron-Core moe_layer_freq)")
+
+
+class MoeFirstDense(Frozen):
+    """The first k layers dense, the rest MoE (DeepSeek style)."""
+
+    first_dense: NonNegativeInt = Field(description="dense layers before the first MoE layer")
+
+
+MoeLayers = Literal["all"] | MoeEvery | MoeFirstDense
+
+
+def is_moe_layer(moe_layers: MoeLayers, layer: int) -> bool:
+    """Whether 0-based ``layer`` is an MoE layer under ``moe_layers`` (the model has experts)."""
+    if isinstance(moe_layers, MoeEvery):
+        return layer % moe_layers.every == moe_layers.every - 1
+    if isinstance(moe_layers, MoeFirstDense):
+        return layer >= moe_layers.first_dense
+    return True
+
+
+class MoeOptions(Frozen):
+    """How tokens reach their experts (``parallelism.moe``)."""
+
+    dispatcher: Literal["alltoall", "allgather"] = Field(
+        "alltoall", description="alltoall: each token's hidden state goes to the EP ranks of its top-k experts and "
+        "comes back (Megatron-Core MoEAlltoAllTokenDispatcher); allgather: every EP rank gathers all tokens and the "
+        "outputs are reduce-scattered back (MoEAllGatherTokenDispatcher)")
+    overlap_ep_comm: bool = Field(
+        False, description="run the dispatch and combine beside the shared experts' GEMMs (Megatron-Core "
+        "--moe-shared-expert-overlap) instead of before and after them")
+
+
+class MoeRouting(Frozen):
+    """Routing skew (``training.moe_routing``): how unevenly tokens spread over the experts.
+
+    Per micro-batch and MoE layer, the experts' shares of the routed tokens are drawn from a
+    symmetric Dirichlet distribution of concentration ``alpha = 1 / skew`` (seeded by
+    ``seed``); each EP rank's load is the sum over its experts of ``round(share x tokens x
+    top-k)``, capped at the capacity when ``capacity_factor`` is set. ``skew: 0`` is perfect
+    balance. For a Dirichlet share p_e of E experts the coefficient of variation of the
+    per-expert load is ``sqrt((E - 1) / (E * alpha + 1))``, about ``sqrt(skew)`` for large E:
+    skew 0.01 is a 10% spread. A ``histogram`` (fractions of the routed tokens per expert,
+    summing to 1) fixes the shares instead. ``aux_loss_coeff`` is recorded only: no source
+    we have maps the load-balancing loss coefficient to a load distribution, so it sets no
+    skew (give ``skew`` or ``histogram``).
+    """
+
+    skew: float = Field(
+        0.0, ge=0, description="1 / Dirichlet concentration of the experts' token shares; 0 = perfect balance; "
+        "the per-expert load's coefficient of variation is about sqrt(skew)")
+    seed: int = Field(0, ge=0, description="seed of the per-micro-batch token-count draws")
+    samples: PositiveInt = Field(16, description="micro-batch draws averaged (and whose spread is reported)")
+    histogram: list[float] | None = Field(
+        None, description="fixed fractions of the routed tokens per expert (one per expert, summing to 1); "
+        "overrides skew")
+    aux_loss_coeff: float | None = Field(
+        None, ge=0, description="the load-balancing auxiliary-loss coefficient (Megatron --moe-aux-loss-coeff), "
+        "recorded only: no published mapping from it to a load distribution, so it sets no skew")
+
+
+def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
+    """The MoE rules of a scenario (``model``, ``parallelism``, ``training`` sections). Expert
+    parallelism folds over the ranks of a pipeline stage as Megatron-Core's expert rank generator
+    does (parallel_state.py:871-890 at d98e8a6): etp x ep x edp = world / pp."""
+    etp, per_stage = par.expert_tp, world_size // par.pp
+    if model.mla is not None:
+        unsupported = [(par.tp > 1, "tp > 1", "parallelism.tp"), (par.cp > 1, "cp > 1", "parallelism.cp"),
+                       (training.precision == "fp8", "fp8", "training.precision"),
+                       (training.recompute == "selective-op", "selective-op", "training.recompute"),
+                       (model.bias, "bias", "model.bias")]
+        for bad, what, field in unsupported:
+            if bad:
+                raise InfeasibleError(f"multi-head latent attention with {what} is not modelled", field=field)
+    if not model.moe:
+        if par.ep > 1 or par.etp is not None:
+            raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)", field="parallelism.ep")
+        return
+    if par.tp > 1 or etp > 1:
+        raise InfeasibleError("tensor parallelism of MoE layers (tp or etp > 1) is not modelled yet: use tp 1 "
+                              "with ep (and cp, dp, pp)", field="parallelism.tp")
+    if training.recompute == "selective-op":
+        raise InfeasibleError("selective-op recomputation of MoE layers is not modelled: use none, selective or "
+                              "full", field="training.recompute")
+    if model.experts % par.ep:
+        raise InfeasibleError(f"ep={par.ep} does not divide model.experts={model.experts}", field="parallelism.ep")
+    if per_stage % (par.ep * etp):
+        raise InfeasibleError(
+            f"ep*etp = {par.ep}*{etp} = {par.ep * etp} does not divide the ranks of a pipeline stage, "
+            f"world/pp = {world_size}/{par.pp} = {per_stage}", field="parallelism.ep")
+    if model.expert_ffn % etp:
+        raise InfeasibleError(f"etp={etp} does not divide model.expert_ffn_hidden={model.expert_ffn}",
+                              field="parallelism.etp")
+    hist = training.moe_routing.histogram
+    if hist is not None and (len(hist) != model.experts or abs(sum(hist) - 1.0) > 1e-6 or min(hist) < 0):
+        raise InfeasibleError(f"histogram needs model.experts={model.experts} non-negative fractions summing to 1 "
+                              f"(got {len(hist)} summing to {sum(hist):.6g})", field="training.moe_routing.histogram")
+
+
+class MlaSpec(Frozen):
+    """Multi-head latent attention's ranks (DeepSeek-V2, arXiv:2405.04434 §2.1; DeepSeek-V3 config.json)."""
+
+    q_lora_rank: PositiveInt | None = Field(description="rank of the query compression (null: queries projected "
+                                            "directly from the hidden state)")
+    kv_lora_rank: PositiveInt = Field(description="rank of the joint key/value compression")
+    qk_nope_head_dim: PositiveInt = Field(description="per-head query/key width without rotary embedding")
+    qk_rope_head_dim: PositiveInt = Field(description="per-head query/key width with rotary embedding (the key's "
+                                          "rotary part is shared by the heads)")
+    v_head_dim: PositiveInt = Field(description="per-head value width")
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def projection_params(self, hidden: int, heads: int) -> tuple[int, int]:
+        """(query, key/value) projection parameters of one layer: W_DQ [h, r_q] + its RMSNorm r_q +
+        W_UQ [r_q, H*(nope+rope)] (or W_Q [h, H*(nope+rope)]); W_DKV [h, r_kv + rope] + its RMSNorm
+        r_kv + W_UKV [r_kv, H*(nope+v)]."""
+        qk = heads * self.qk_head_dim
+        q = hidden * qk if self.q_lora_rank is None else hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qk
+        kv = (hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+              + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+        return q, kv
