@@ -64,3 +64,18 @@ def test_mixtral_8x7b_total_parameters():
     result = simulator.simulate(simulator.Scenario.model_validate(small_scenario(
         model={"preset": "mixtral-8x7b", "seq_len": 1024}, training={"micro_batch": 1, "global_batch": 16})))
     assert result.params == pytest.approx(46_702_792_704, rel=1e-6)
+
+
+@needs_moe
+def test_deepseek_v3_total_parameters():
+    """DeepSeek-V3 holds 671 B parameters (arXiv:2412.19437 §1, without the MTP module). By hand,
+    h = 7168: MLA per block q_a 7168 x 1536 + its norm 1536 + q_b 1536 x 128 x (128+64) + kv_a
+    7168 x (512+64) + its norm 512 + kv_b 512 x 128 x (128+128) + o 128 x 128 x 7168 =
+    187,107,328, two RMSNorms 14,336; 3 dense SwiGLU FFNs 3 x 7168 x 18432 = 396,361,728 each;
+    58 MoE blocks of 257 experts x 3 x 7168 x 2048 (44,040,192 each) + router 256 x 7168;
+    untied embedding and head 2 x 129280 x 7168 and the final norm:
+    61 x 187,121,664 + 3 x 396,361,728 + 58 x 11,320,164,352 + 1,853,358,080 + 7,168
+    = 671,026,404,352 (the router's 256 bias terms per block, if counted, add 14,848)."""
+    result = simulator.simulate(simulator.Scenario.model_validate(small_scenario(
+        model={"preset": "deepseek-v3", "seq_len": 1024}, training={"micro_batch": 1, "global_batch": 16})))
+    assert result.params == pytest.approx(671_026_404_352, rel=1e-6)
