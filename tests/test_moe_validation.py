@@ -46,6 +46,7 @@ def test_records_wait_for_the_moe_fields(monkeypatch):
     monkeypatch.setattr(moe_runs, "ModelSpec", types.SimpleNamespace(model_fields={"layers": None}))
     assert moe_runs.moe_run(_record("moe_mbridge_2511_h100_gpt_oss_120b")) == moe_runs.MOE_FIELDS_MISSING
     monkeypatch.setattr(moe_runs, "ModelSpec", types.SimpleNamespace(model_fields={"experts": None}))
+    monkeypatch.setattr(moe_runs, "Scenario", types.SimpleNamespace(model_validate=lambda data: data))
     assert isinstance(moe_runs.moe_run(_record("moe_mbridge_2511_h100_gpt_oss_120b")), moe_runs.MoeRun)
     assert "not stated" in moe_runs.moe_run(_record("moe_mcore_v08_mixtral_8x7b"))
 

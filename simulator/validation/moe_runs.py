@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.scenario import ModelSpec
+from simulator.errors import ScenarioError
+from simulator.scenario import ModelSpec, Scenario
 
 __all__ = ["MoeRun", "moe_run", "MOE_FIELDS_MISSING"]
 
@@ -47,7 +48,12 @@ def moe_run(r: dict[str, Any]) -> MoeRun | str:
     if r["id"].startswith("moe_deepseek_v3_report"):
         return ("a run average on DeepSeek's in-house HAI-LLM (no dtsim profile) with the DualPipe schedule and the "
                 "multi-token prediction module, not a measured step")
-    return _megatron_bridge(r)
+    run = _megatron_bridge(r)
+    try:  # a layout this build cannot simulate yet is listed with the simulator's own reason
+        Scenario.model_validate(run.scenario)
+    except ScenarioError as exc:
+        return f"not simulable in this build: {exc}"
+    return run
 
 
 def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
