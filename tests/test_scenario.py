@@ -6,8 +6,9 @@ import pytest
 
 import simulator
 from simulator.errors import InfeasibleError, ScenarioError
-from simulator.scenario import preset_names, scenario_json_schema
+from simulator.scenario import ModelSpec, preset_names, scenario_json_schema
 from tests.conftest import small_scenario
+from tests.test_moe_presets import MOE_PRESETS
 
 CONTRACT_PRESETS = {
     "gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
@@ -18,8 +19,11 @@ CONTRACT_PRESETS = {
 
 
 def test_presets_exist_and_cite_their_source():
-    assert set(preset_names()) >= CONTRACT_PRESETS
-    for name in preset_names():
+    assert set(preset_names()) >= CONTRACT_PRESETS | MOE_PRESETS
+    # the mixture-of-experts presets load once the model has its MoE fields (issue 15, branch moe-core);
+    # tests/test_moe_presets.py checks them then and says why it is skipped until then
+    moe_build = "experts" in ModelSpec.model_fields
+    for name in (n for n in preset_names() if moe_build or n not in MOE_PRESETS):
         model = simulator.Scenario.model_validate(small_scenario(model=name)).model
         assert model.source and len(model.source) > 20, name
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.validation.runner import Validation, validate
+from tests.test_moe_presets import MOE_BUILD
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +61,9 @@ def validation() -> Validation:
 
 def test_every_source_is_validated(validation):
     summary = validation.summary()["per_source"]
-    assert set(summary) == set(THRESHOLDS)
+    # the moe source (issue 15) is simulated once the model has its MoE fields; its ceilings go in
+    # THRESHOLDS once its errors are measured
+    assert set(summary) - {"moe"} == set(THRESHOLDS) and ("moe" in summary) == MOE_BUILD
     assert summary["megatron-sc21"]["records"] == 10 and summary["megatron-core"]["records"] == 9
     assert summary["llm-foundry"]["records"] >= 60
     assert summary["torchtitan"]["records"] == 20
@@ -123,15 +126,29 @@ def test_records_not_simulated_are_named_with_the_reason():
     """The public set holds 102 training records: the SC'21 (10), Megatron-Core (9 of 11), LLM
     Foundry (61) and torchtitan (20: 18 from the December 2024 H100 tables, 2 H200 runs) mappers
     take 100. Not simulated, with their reason: the two Megatron-Core strong-scaling rows (their
-    layout is not stated): 100 + 2 = 102."""
+    layout is not stated): 100 + 2 = 102. The project's copy adds 9 mixture-of-experts records
+    (source moe, issue 15): 7 Megatron-Bridge H100 rows are simulated once the model has its MoE
+    fields (until then all 9 are listed with 'MoE fields not in this build'; a row whose layout
+    the build cannot simulate yet, e.g. tp 2 with experts, is listed with the simulator's
+    reason); Megatron-Core's one-line Mixtral figure and DeepSeek-V3's run average stay listed
+    with their reason."""
     from simulator.validation.records import _data, load_records, unmapped_records, unmapped_summary
 
     total = len(_data()["training_records"])
     mapped, unmapped = len(load_records()), unmapped_records()
-    assert (total, mapped, len(unmapped)) == (102, 100, 2)
+    moe = {i: why for i, why in unmapped.items() if i.startswith("moe_")}
+    assert (total, mapped + len(unmapped), len(unmapped) - len(moe)) == (111, 111, 2)
     strong = {i: why for i, why in unmapped.items() if i.startswith("mcore")}
     assert sorted(strong) == ["mcore_h100_strong_gpt3_177b_4608gpu", "mcore_h100_strong_gpt3_177b_96gpu"]
     assert all("layout not stated" in why for why in strong.values())
+    if MOE_BUILD:
+        # the Megatron-Bridge rows are simulated, or listed with the simulator's reason for a layout or
+        # preset field it does not model yet
+        assert "not stated" in moe.pop("moe_mcore_v08_mixtral_8x7b") and "DualPipe" in moe.pop(
+            "moe_deepseek_v3_report_h800")
+        assert all(why.startswith("not simulable in this build:") for why in moe.values()), moe
+    else:
+        assert len(moe) == 9 and set(moe.values()) == {"MoE fields not in this build"}
     assert unmapped_summary().startswith(f"{len(unmapped)} training records")
 
 

@@ -19,7 +19,7 @@ def validate(
     json_path: Annotated[Path | None, typer.Option("--json", help="write every record's result as JSON")] = None,
     docs: Annotated[Path, typer.Option("--docs", help="folder for validation.md / .svg / .html")] = Path("docs"),
     source: Annotated[list[str] | None, typer.Option("--source", help="only these sources (megatron-sc21, "
-                                                     "megatron-core, llm-foundry, torchtitan)")] = None,
+                                                     "megatron-core, llm-foundry, torchtitan, moe)")] = None,
     no_docs: Annotated[bool, typer.Option("--no-docs", help="do not write docs/validation.md")] = False,
 ) -> None:
     """Simulate every published training run and nccl-tests point; print and document the errors."""

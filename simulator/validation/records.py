@@ -13,6 +13,8 @@ metric into a step time with that source's FLOP convention:
   discount, no recompute); MFU = TFLOP/s / 989.
 * MosaicML LLM Foundry (benchmark README): measured tokens/s of the whole job, so
   ``step = global batch * seq / tokens/s``.
+* MoE runs (source ``moe``, :mod:`simulator.validation.moe_runs`): Megatron-Bridge's H100
+  performance tables, tokens/s per GPU, so ``step = global batch * seq / (tps * GPUs)``.
 * torchtitan (benchmark docs): tokens/s per GPU as torchtitan logs it, so ``step = local batch
   * seq / (tps * tp * pp * cp)``, and the peak memory it logs (the caching allocator's
   reserved peak); mapped through torchtitan's own config (:mod:`simulator.validation.titan_runs`).
@@ -29,6 +31,7 @@ from typing import Any
 
 from simulator.costs.flops import megatron_flops_per_iteration
 from simulator.datadirs import data_root
+from simulator.validation.moe_runs import moe_run
 from simulator.validation.titan_runs import titan_run
 from simulator.yamlio import load_yaml, to_plain
 
@@ -40,7 +43,7 @@ H100_BF16_PEAK = 989.4e12  # dense BF16, the peak Megatron-Core divides by (reco
 @dataclass
 class Record:
     id: str
-    source: str  # megatron-sc21 | megatron-core | llm-foundry | torchtitan
+    source: str  # megatron-sc21 | megatron-core | llm-foundry | torchtitan | moe
     citation: str
     scenario: dict[str, Any]
     measured_step_s: float
@@ -264,9 +267,20 @@ def _torchtitan(r: dict[str, Any]) -> Record:
                   gpus=r["hardware"]["gpus_total"], stated=run.stated, measured_peak_memory_bytes=run.peak_bytes)
 
 
+def _moe(r: dict[str, Any]) -> Record | str:
+    """Published MoE runs; see :mod:`simulator.validation.moe_runs` (listed as not simulated,
+    with the reason, while the model has no MoE fields)."""
+    run = moe_run(r)
+    if isinstance(run, str):
+        return run
+    return Record(id=r["id"], source="moe", citation=r["source"]["citation"], scenario=run.scenario,
+                  measured_step_s=run.step_s, measured_metric=run.metric, assumptions=run.assumptions,
+                  gpus=r["hardware"]["gpus_total"], stated=run.stated)
+
+
 SOURCES: dict[str, Callable[[dict[str, Any]], Record | str]] = {
     "megatron_sc21": _megatron_sc21, "mcore_h100": _megatron_core, "llmfoundry_a100": _llm_foundry,
-    "torchtitan": _torchtitan,
+    "torchtitan": _torchtitan, "moe_": _moe,
 }
 
 

@@ -19,8 +19,10 @@ SOURCE_NAMES = {
     "megatron-core": "Megatron-Core r0.8.0 (H100)",
     "llm-foundry": "MosaicML LLM Foundry (A100-80GB, FSDP)",
     "torchtitan": "torchtitan (Llama 3.1, H100 96GB Grand Teton and H200)",
+    "moe": "Mixture-of-experts: Megatron-Bridge performance tables (H100)",
 }
-COLOURS = {"megatron-sc21": "#1f77b4", "megatron-core": "#d62728", "llm-foundry": "#2ca02c", "torchtitan": "#9467bd"}
+COLOURS = {"megatron-sc21": "#1f77b4", "megatron-core": "#d62728", "llm-foundry": "#2ca02c", "torchtitan": "#9467bd",
+           "moe": "#ff7f0e"}
 
 
 def _pct(x: float) -> str:

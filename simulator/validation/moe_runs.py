@@ -1,0 +1,107 @@
+"""Published mixture-of-experts training runs (source ``moe``) as scenarios.
+
+* NVIDIA Megatron-Bridge performance summary (NVIDIA-NeMo/Megatron-Bridge@0a25f911
+  docs/performance-summary-archive.md, DGX-H100 rows of the 25.09, 25.11 and 26.02 NeMo
+  containers): layout (TP, PP, CP, VP, EP), GBS, MBS, sequence, precision and tokens/s per
+  GPU; every MoE benchmark there is token-dropless with the token distribution force-balanced
+  among experts (the tables' footnote). ``step = GBS * seq / (tokens/s/GPU * GPUs)``.
+* Runs whose layout, hardware or framework dtsim cannot state (Megatron-Core's one-line
+  Mixtral figure, DeepSeek-V3's run average on its in-house framework) stay in the set and
+  are listed as not simulated, with the reason.
+
+Nothing here is fitted: settings a row does not state are the ``megatron-core`` profile's
+(Megatron-Bridge trains through Megatron-Core).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.errors import ScenarioError
+from simulator.scenario import ModelSpec, Scenario
+
+__all__ = ["MoeRun", "moe_run", "MOE_FIELDS_MISSING"]
+
+MOE_FIELDS_MISSING = "MoE fields not in this build"
+MCORE_MOE_README = "NVIDIA/Megatron-LM@0b981f9c53059a21f868aa71ecc2868251aea5d0 megatron/core/transformer/moe/README.md"
+FP8_CS = ("FP8-CS: per-tensor FP8 with scaling factors computed in the current step (NeMo performance summary "
+          "25.04/25.07, docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance-summary.html: 'We "
+          "apply per-tensor FP8 quantization, leveraging scaling factors computed in the current step'): "
+          "training.fp8.recipe tensorwise")
+
+
+class MoeRun:
+    """One mapped record: scenario, measured step time and metric, stated / assumed notes."""
+
+    def __init__(self, scenario: dict[str, Any], step_s: float, metric: str, stated: list[str],
+                 assumptions: list[str]) -> None:
+        self.scenario, self.step_s, self.metric = scenario, step_s, metric
+        self.stated, self.assumptions = stated, assumptions
+
+
+def moe_run(r: dict[str, Any]) -> MoeRun | str:
+    """The record as a scenario, or why it is not simulated."""
+    if "experts" not in ModelSpec.model_fields:
+        return MOE_FIELDS_MISSING
+    if r["id"].startswith("moe_mcore_v08"):
+        return "GPU type, GPU count, layout, batch and sequence not stated next to the figure"
+    if r["id"].startswith("moe_deepseek_v3_report"):
+        return ("a run average on DeepSeek's in-house HAI-LLM (no dtsim profile) with the DualPipe schedule and the "
+                "multi-token prediction module, not a measured step")
+    run = _megatron_bridge(r)
+    try:  # a layout this build cannot simulate yet is listed with the simulator's own reason
+        Scenario.model_validate(run.scenario)
+    except ScenarioError as exc:
+        return f"not simulable in this build: {exc}"
+    return run
+
+
+def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
+    m, hw, par, batch, measured = r["model"], r["hardware"], r["parallelism"], r["batch"], r["measured"]
+    gpus, seq = hw["gpus_total"], m["seq_len"]
+    tp, pp, cp, ep = par["tp"], par["pp"], par.get("cp") or 1, par["ep"]
+    vp = par.get("virtual_pp") or 1
+    parallelism: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "ep": ep}
+    stated = [f"{gpus} H100 (DGX-H100), TP {tp}, PP {pp}, CP {cp}, VP {par.get('virtual_pp') or 'n/a'}, EP {ep}, "
+              f"FSDP 0, GBS {batch['global_batch']}, MBS {batch['micro_batch']}, sequence {seq} ({r['source']['location']})",
+              "token-dropless (capacity_factor null, as the preset) with the token distribution force-balanced among "
+              "experts: training.moe_routing.skew 0 (table footnote)"]
+    assumptions = ["DGX-H100 (record): dtsim's dgx-h100 node",
+                   f"model: dtsim preset {m['preset']} (its citation) for the table's {m['name']}",
+                   "settings the table does not state (recomputation, dispatcher, overlap flags, etp): the megatron-core "
+                   "profile (Megatron-Bridge trains through Megatron-Core)"]
+    if vp > 1:
+        parallelism.update(pipeline_schedule="interleaved", virtual_stages=vp)
+    if tp > 1:
+        parallelism["sequence_parallel"] = True
+        assumptions.append(f"sequence parallelism: Megatron-Core requires it with expert and tensor parallelism "
+                           f"({MCORE_MOE_README}, Parallelism: 'sequence parallelism must be enabled')")
+    training: dict[str, Any] = {"micro_batch": batch["micro_batch"], "global_batch": batch["global_batch"],
+                                "moe_routing": {"skew": 0.0}}
+    precision = str(r.get("precision") or "")
+    if precision.upper().startswith("BF16"):
+        training["precision"] = "bf16"
+        stated.append("BF16 (table)")
+    else:
+        training["precision"] = "fp8"
+        training["fp8"] = {"recipe": "tensorwise"}
+        if precision.upper() == "FP8-CS":
+            stated.append(FP8_CS)
+        elif precision.upper() == "FP8":
+            assumptions.append(f"FP8 granularity not stated in this table; the same rows of the 25.11 table say "
+                               f"FP8-CS. {FP8_CS}")
+        else:
+            assumptions.append("precision: the 25.09 table has no precision column; its footnote gives the "
+                               "parenthesised numbers a different FP8 granularity (H100: 128x128 weights, 1x128 "
+                               f"activations), so the main number is an FP8 run, read as the later tables' FP8-CS. {FP8_CS}")
+    scenario = {
+        "name": f"{m['name']} on {gpus} H100 ({r['source']['citation'].split(', ')[1]})",
+        "framework": "megatron-core",
+        "model": {"preset": m["preset"], "seq_len": seq},
+        "cluster": {"node": "dgx-h100", "nodes": gpus // 8},
+        "parallelism": parallelism,
+        "training": training,
+    }
+    tps = measured["tokens_per_s_per_gpu"]
+    step = batch["global_batch"] * seq / (tps * gpus)
+    return MoeRun(scenario, step, f"{tps} tokens/s per GPU (Megatron-Bridge table)", stated, assumptions)

@@ -1,0 +1,60 @@
+"""The ``moe`` validation source (issue 15): how its records become scenarios and step times.
+
+These run in any build: they check the mapping (a plain mapping with the MoE contract fields)
+and the measured step time's arithmetic, not the simulation of it.
+"""
+
+import types
+
+import pytest
+
+from simulator.validation import moe_runs
+from simulator.validation.records import _data
+
+
+def _record(record_id: str) -> dict:
+    return next(r for r in _data()["training_records"] if r["id"] == record_id)
+
+
+def test_step_time_from_tokens_per_gpu():
+    """Qwen3-235B-A22B, 25.11 table, DGX-H100: GBS 2048 x seq 4096 = 8,388,608 tokens a step at
+    1575 tokens/s/GPU on 256 GPUs (403,200 tokens/s): 20.8051 s. TP 2 x PP 8 x CP 1 leaves dp 16;
+    VP 4 is the interleaved schedule with 4 chunks per rank; tp > 1 turns on sequence parallelism;
+    FP8-CS is the tensorwise recipe; force-balanced routing is skew 0."""
+    run = moe_runs._megatron_bridge(_record("moe_mbridge_2511_h100_qwen3_235b_a22b"))
+    assert run.step_s == pytest.approx(2048 * 4096 / (1575 * 256)) and run.step_s == pytest.approx(20.8051, abs=1e-4)
+    sc = run.scenario
+    assert sc["framework"] == "megatron-core" and sc["cluster"] == {"node": "dgx-h100", "nodes": 32}
+    assert sc["model"] == {"preset": "qwen3-235b-a22b", "seq_len": 4096}
+    assert sc["parallelism"] == {"tp": 2, "pp": 8, "cp": 1, "dp": 16, "ep": 32, "pipeline_schedule": "interleaved",
+                                 "virtual_stages": 4, "sequence_parallel": True}
+    assert sc["training"] == {"micro_batch": 1, "global_batch": 2048, "moe_routing": {"skew": 0.0},
+                              "precision": "fp8", "fp8": {"recipe": "tensorwise"}}
+
+
+def test_bf16_row_without_interleaving():
+    """GPT OSS 120B, 26.02 table: BF16, TP 1 PP 4 EP 8 on 64 GPUs (dp 16), VP n/a; 1280 x 4096 =
+    5,242,880 tokens at 5993 x 64 = 383,552 tokens/s: 13.6692 s."""
+    run = moe_runs._megatron_bridge(_record("moe_mbridge_2602_h100_gpt_oss_120b"))
+    assert run.step_s == pytest.approx(13.6692, abs=1e-4)
+    assert run.scenario["parallelism"] == {"tp": 1, "pp": 4, "cp": 1, "dp": 16, "ep": 8}
+    assert run.scenario["training"]["precision"] == "bf16" and "fp8" not in run.scenario["training"]
+
+
+def test_records_wait_for_the_moe_fields(monkeypatch):
+    """Without an ``experts`` model field every moe record is listed, not simulated."""
+    monkeypatch.setattr(moe_runs, "ModelSpec", types.SimpleNamespace(model_fields={"layers": None}))
+    assert moe_runs.moe_run(_record("moe_mbridge_2511_h100_gpt_oss_120b")) == moe_runs.MOE_FIELDS_MISSING
+    monkeypatch.setattr(moe_runs, "ModelSpec", types.SimpleNamespace(model_fields={"experts": None}))
+    monkeypatch.setattr(moe_runs, "Scenario", types.SimpleNamespace(model_validate=lambda data: data))
+    assert isinstance(moe_runs.moe_run(_record("moe_mbridge_2511_h100_gpt_oss_120b")), moe_runs.MoeRun)
+    assert "not stated" in moe_runs.moe_run(_record("moe_mcore_v08_mixtral_8x7b"))
+
+
+def test_deepseek_v3_run_average_is_kept_with_its_arithmetic():
+    """DeepSeek-V3's report: 180K H800 GPU hours per trillion tokens -> 1e12 / (180,000 x 3600)
+    = 1543.2 tokens/s per GPU, the record's derived value; not simulated (in-house framework,
+    DualPipe)."""
+    r = _record("moe_deepseek_v3_report_h800")
+    assert 1e12 / (r["measured"]["gpu_hours_per_trillion_tokens"] * 3600) == pytest.approx(1543.2, abs=0.05)
+    assert r["derived"]["tokens_per_s_per_gpu"].startswith("1543.2")
