@@ -9,13 +9,10 @@ in a build that has the fields is never hidden.
 import pytest
 
 import simulator
-from simulator.scenario import ModelSpec, preset_names
+from simulator.scenario import preset_names
 from tests.conftest import small_scenario
 
 MOE_PRESETS = {"mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b"}
-MOE_BUILD = "experts" in ModelSpec.model_fields
-needs_moe = pytest.mark.skipif(not MOE_BUILD, reason="model has no 'experts' field in this build: the MoE "
-                               "presets load once issue 15's model fields (branch moe-core) are merged")
 
 
 def _model(name: str, **over):
@@ -26,7 +23,6 @@ def test_moe_presets_are_shipped():
     assert set(preset_names()) >= MOE_PRESETS
 
 
-@needs_moe
 @pytest.mark.parametrize("name", sorted(MOE_PRESETS))
 def test_moe_preset_loads_and_cites(name):
     m = _model(name)
@@ -34,7 +30,6 @@ def test_moe_preset_loads_and_cites(name):
     assert m.experts_per_token <= m.experts and m.expert_ffn_hidden > 0
 
 
-@needs_moe
 def test_contract_fields_of_the_published_shapes():
     """Values as the cited tables state them: Mixtral 8x7B 8 experts top-2 of width 14336
     (Jiang et al. Table 1); DeepSeek-V3 1 shared + 256 routed, top-8, width 2048, first 3
@@ -53,7 +48,6 @@ def test_contract_fields_of_the_published_shapes():
                                                                                                         1536)
 
 
-@needs_moe
 def test_mixtral_8x7b_total_parameters():
     """Mixtral 8x7B holds 46.7 B parameters (the 47B of Jiang et al. §2.1). By hand:
     attention per block q,o 2 x 4096^2 + k,v 2 x 4096 x (8 x 128) = 41,943,040; one SwiGLU
@@ -66,7 +60,6 @@ def test_mixtral_8x7b_total_parameters():
     assert result.params == pytest.approx(46_702_792_704, rel=1e-6)
 
 
-@needs_moe
 def test_deepseek_v3_total_parameters():
     """DeepSeek-V3 holds 671 B parameters (arXiv:2412.19437 §1, without the MTP module). By hand,
     h = 7168: MLA per block q_a 7168 x 1536 + its norm 1536 + q_b 1536 x 128 x (128+64) + kv_a
