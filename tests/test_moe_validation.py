@@ -24,7 +24,7 @@ def test_step_time_from_tokens_per_gpu():
     run = moe_runs._megatron_bridge(_record("moe_mbridge_2511_h100_qwen3_235b_a22b"))
     assert run.step_s == pytest.approx(2048 * 4096 / (1575 * 256)) and run.step_s == pytest.approx(20.8051, abs=1e-4)
     sc = run.scenario
-    assert sc["framework"] == "megatron-core" and sc["cluster"] == {"node": "dgx-h100", "nodes": 32}
+    assert sc["framework"] == "nemo" and sc["cluster"] == {"node": "dgx-h100", "nodes": 32}
     assert sc["model"] == {"preset": "qwen3-235b-a22b", "seq_len": 4096}
     assert sc["parallelism"] == {"tp": 2, "pp": 8, "cp": 1, "dp": 16, "ep": 32, "pipeline_schedule": "interleaved",
                                  "virtual_stages": 4, "sequence_parallel": True}
@@ -41,13 +41,13 @@ def test_bf16_row_without_interleaving():
     assert run.scenario["training"]["precision"] == "bf16" and "fp8" not in run.scenario["training"]
 
 
-def test_records_wait_for_the_moe_fields(monkeypatch):
-    """Without an ``experts`` model field every moe record is listed, not simulated."""
-    monkeypatch.setattr(moe_runs, "ModelSpec", types.SimpleNamespace(model_fields={"layers": None}))
-    assert moe_runs.moe_run(_record("moe_mbridge_2511_h100_gpt_oss_120b")) == moe_runs.MOE_FIELDS_MISSING
-    monkeypatch.setattr(moe_runs, "ModelSpec", types.SimpleNamespace(model_fields={"experts": None}))
+def test_unsimulable_rows_are_listed_with_the_simulators_reason(monkeypatch):
+    """A row whose scenario the simulator refuses is listed with that refusal, not simulated; a
+    row it accepts is a MoeRun; the Megatron-Core one-line figure is listed as unstated."""
+    assert moe_runs.moe_run(_record("moe_mbridge_2511_h100_qwen3_235b_a22b")).startswith(
+        "not simulable in this build: parallelism.tp")
     monkeypatch.setattr(moe_runs, "Scenario", types.SimpleNamespace(model_validate=lambda data: data))
-    assert isinstance(moe_runs.moe_run(_record("moe_mbridge_2511_h100_gpt_oss_120b")), moe_runs.MoeRun)
+    assert isinstance(moe_runs.moe_run(_record("moe_mbridge_2511_h100_qwen3_235b_a22b")), moe_runs.MoeRun)
     assert "not stated" in moe_runs.moe_run(_record("moe_mcore_v08_mixtral_8x7b"))
 
 
