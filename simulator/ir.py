@@ -79,8 +79,8 @@ class MemDelta:
 class KernelInfo(NamedTuple):
     """One GPU kernel of a compute task, for traces: ``kind`` gemm | attention | memory | cast,
     its FLOPs and HBM bytes, ``shape`` (a GEMM's ``MxNxK`` for [M, K] x [K, N]; fused
-    attention's block sequence length, head dim and masked share; "" for memory-bound
-    kernels, which are described by their bytes) and ``time_s``, its modelled time in the
+    attention's block sequence length, head dim and masked share; the tensor a memory-bound or
+    cast kernel sweeps, ``TxH elements``) and ``time_s``, its modelled time in the
     task (roofline time, stretched with its step when the host is the slower stage)."""
 
     name: str

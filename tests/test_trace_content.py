@@ -54,7 +54,8 @@ def test_the_fused_run_is_fused(fused: Any, unfused: Any) -> None:
 def test_every_kernel_slice_carries_flops_bytes_shapes_and_layer(run: str, request: pytest.FixtureRequest) -> None:
     """Each compute slice lists its kernels (the optimizer step its one memory-bound kernel);
     the slice's FLOPs and bytes are their sums, a layer pass's slice names its layer (-1: the
-    embedding, 24: the output layer), and a GEMM's shape MxNxK gives its FLOPs, 2*M*N*K (e.g.
+    embedding, 24: the output layer), a memory-bound kernel's shape is the tensor it sweeps, and
+    a GEMM's shape MxNxK gives its FLOPs, 2*M*N*K (e.g.
     the forward's QKV GEMM with tp 8 on 4 x 2048 tokens: M = 8192, N = 3*2048/8 = 768,
     K = 2048)."""
     _, by_rank = request.getfixturevalue(run)
@@ -78,11 +79,18 @@ def test_every_kernel_slice_carries_flops_bytes_shapes_and_layer(run: str, reque
                     gemms += 1
                 if k["kind"] == "attention":
                     assert k["shape"].startswith("seq 2048, head_dim 128")
+                if k["kind"] in ("memory", "cast"):  # the tensor it sweeps
+                    assert k["shape"].endswith(" elements") and k["shape"] != " elements", k
+                assert k["shape"], k
     assert gemms > 0
     if run == "fused":
-        qkv = next(k for e in by_rank[0] if e["name"] == "block0.attn" for k in e["args"]["kernels"]
-                   if k["name"] == "qkv")
+        kernels = [k for e in by_rank[0] if e["name"] == "block0.attn" for k in e["args"]["kernels"]]
+        qkv = next(k for k in kernels if k["name"] == "qkv")
         assert qkv["shape"] == "8192x768x2048"
+        # the first norm sweeps the block input [tokens, hidden]: sequence parallel with tp 8 holds
+        # 8192 / 8 = 1024 of the 4 x 2048 tokens, else all 8192, each 2048 wide
+        ln1 = next(k for k in kernels if k["name"] == "ln1")
+        assert ln1["shape"] in ("8192x2048 elements", "1024x2048 elements"), ln1
 
 
 @pytest.mark.parametrize("run", ["fused", "unfused"])

@@ -118,10 +118,12 @@ class Fp8Casting:
 
 @dataclass(frozen=True)
 class CastKernel:
-    """One cast (or amax, transpose) kernel: its name suffix and the bytes it moves."""
+    """One cast (or amax, transpose) kernel: its name suffix, the bytes it moves and the elements
+    of the operand it sweeps."""
 
     name: str
     nbytes: float
+    numel: float = 0.0
 
 
 def _weight_entries(casting: Fp8Casting) -> list[tuple[str, str, float]]:
@@ -149,7 +151,7 @@ def cast_kernels(casting: Fp8Casting, role: Role, numel: float, phase: Pass, *,
         if fused_read and i == 0:
             per_element -= HP_BYTES
         if p == phase and per_element > 0:
-            out.append(CastKernel(f"{name}_{role}", per_element * numel))
+            out.append(CastKernel(f"{name}_{role}", per_element * numel, numel))
     return out
 
 

@@ -59,6 +59,7 @@ class Kernel:
     of: str = ""  # a cast kernel: the GEMM pass it feeds (qkv, qkv.dgrad, ...), which passes keep it with
     attn: AttentionShape | None = None  # fused attention: what the kernel tables look up
     bwd_nbytes: float | None = None  # a memory kernel whose backward moves other than twice its bytes
+    elements: tuple[float, ...] | None = None  # a memory-bound kernel: the tensor shape it sweeps (traces)
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,9 @@ class Shard:
         return "bf16" if self.precision == "fp8" else self.precision
 
 
-def _memory(name: str, nbytes: float, section: str) -> Kernel:
-    return Kernel(name, "memory", 0.0, nbytes, None, section)
+def _memory(name: str, nbytes: float, section: str, elements: tuple[float, ...]) -> Kernel:
+    """A memory-bound kernel moving ``nbytes`` over a tensor of shape ``elements``."""
+    return Kernel(name, "memory", 0.0, nbytes, None, section, elements=elements)
 
 
 def _gemm_bytes(m: float, n: float, k: float, operand_bytes: float, out_bytes: float) -> float:
@@ -118,7 +120,8 @@ def _gemm(name: str, m: float, n: float, k: float, elem: int, section: str, prec
 
 
 def _cast(of: str, cast: CastKernel, section: str) -> Kernel:
-    return Kernel(f"{of}.{cast.name}", "cast", 0.0, cast.nbytes, None, section, of=of)
+    return Kernel(f"{of}.{cast.name}", "cast", 0.0, cast.nbytes, None, section, of=of,
+                  elements=(cast.numel,) if cast.numel else None)
 
 
 def _linear(name: str, m: float, n: float, k: float, shard: Shard, section: str, *, fused_input: bool = False,
@@ -161,7 +164,8 @@ def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool =
         core = [
             Kernel("scores", "gemm", core_flops / 2, (b * s_q * heads * d + b * s_k * kv * d + scores) * e,
                    (s_q, s_k, d), "attn", hp),
-            _memory("softmax", scores * e * 2 + (scores if model.dropout else 0.0) * (1 + 2 * e), "attn"),
+            _memory("softmax", scores * e * 2 + (scores if model.dropout else 0.0) * (1 + 2 * e), "attn",
+                    (b, heads, s_q, s_k)),
             Kernel("attn_v", "gemm", core_flops / 2, (scores + b * s_k * kv * d + b * s_q * heads * d) * e,
                    (s_q, d, s_k), "attn", hp),
         ]
@@ -178,20 +182,21 @@ def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool =
     if model.position_embedding == "rotary" and shard.compile is not None:
         # torch-level models (compile true/false) apply rotary as its own kernel(s) after the QKV GEMM;
         # the framework-fused path (compile null) keeps dtsim's earlier kernel list
-        rotary = [_memory("rotary", T * (heads + kv) * d * rotary_bytes_per_element(e, eager=eager), "attn")]
+        rotary = [_memory("rotary", T * (heads + kv) * d * rotary_bytes_per_element(e, eager=eager), "attn",
+                           (T, heads + kv, d))]
     fused = shard.fp8 is not None and shard.fp8.fused_norm_input
     kernels = [
-        _memory("ln1", Tn * h * norm, "attn"),
+        _memory("ln1", Tn * h * norm, "attn", (Tn, h)),
         *_linear("qkv", T, (heads + 2 * kv) * d, h, shard, "attn", fused_input=fused),
         *rotary,
         *core,
         *_linear("proj", T, h, heads * d, shard, "attn"),
-        _memory("residual1", Tn * h * (3 * e + mask), "mlp"),
-        _memory("ln2", Tn * h * norm, "mlp"),
+        _memory("residual1", Tn * h * (3 * e + mask), "mlp", (Tn, h)),
+        _memory("ln2", Tn * h * norm, "mlp", (Tn, h)),
         *_linear("fc1", T, n_up * ffn, h, shard, "mlp", fused_input=fused),
-        _memory("act", T * ffn * act, "mlp"),
+        _memory("act", T * ffn * act, "mlp", (T, ffn)),
         *_linear("fc2", T, h, ffn, shard, "mlp"),
-        _memory("residual2", Tn * h * (3 * e + mask), "out"),
+        _memory("residual2", Tn * h * (3 * e + mask), "out", (Tn, h)),
     ]
     return kernels
 
@@ -228,7 +233,7 @@ def backward_of(kernels: list[Kernel]) -> list[Kernel]:
                               k.section, attn=k.attn))
         else:
             nbytes = 2 * k.nbytes if k.bwd_nbytes is None else k.bwd_nbytes
-            out.append(Kernel(k.name + ".bwd", "memory", 0.0, nbytes, None, k.section))
+            out.append(Kernel(k.name + ".bwd", "memory", 0.0, nbytes, None, k.section, elements=k.elements))
     return out
 
 
@@ -241,7 +246,7 @@ def embedding_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
     e, h = shard.elem, model.hidden
     T = shard.tokens
     lookups = 2 if model.position_embedding == "learned" else 1
-    return [_memory("embedding", T * h * e * (lookups + 1) + (T * h if model.dropout else 0.0), "embed")]
+    return [_memory("embedding", T * h * e * (lookups + 1) + (T * h if model.dropout else 0.0), "embed", (T, h))]
 
 
 def logits_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
@@ -255,9 +260,10 @@ def logits_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
     norm = rmsnorm_bytes_per_element(e, eager=shard.compile is not None) if model.norm == "rmsnorm" else 2 * e
     loss_fwd, loss_bwd = cross_entropy_bytes_per_element(e, shard.cross_entropy)
     return [
-        _memory("final_ln", Tn * h * norm, "logits"),
+        _memory("final_ln", Tn * h * norm, "logits", (Tn, h)),
         *_linear("logits", T, vocab, h, shard, "logits", head=True),
-        Kernel("cross_entropy", "memory", 0.0, T * vocab * loss_fwd, None, "loss", bwd_nbytes=T * vocab * loss_bwd),
+        Kernel("cross_entropy", "memory", 0.0, T * vocab * loss_fwd, None, "loss", bwd_nbytes=T * vocab * loss_bwd,
+               elements=(T, vocab)),
     ]
 
 
@@ -275,7 +281,7 @@ def optimizer_kernel(n_params: float, precision: str, optimizer: str) -> Kernel:
         per = 30.0
     if optimizer == "sgd":
         per -= 8.0
-    return _memory("optimizer", n_params * per, "optimizer")
+    return _memory("optimizer", n_params * per, "optimizer", (n_params,))
 
 
 def kernel_time_s(profile: cc.ComputeProfile, kernel: Kernel, precision: str, attention_kernel: str = "fa2") -> float:

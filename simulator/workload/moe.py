@@ -74,18 +74,18 @@ def moe_mlp_forward(model: ModelSpec, shard: Shard, moe: MoeShape) -> list[Kerne
     act = (n_up + 1) * e
     kernels = [
         _gemm("router", T, model.experts, h, e, "mlp", shard.gemm_precision),
-        _memory("permute", 2 * T * model.top_k * h * e, "mlp"),
+        _memory("permute", 2 * T * model.top_k * h * e, "mlp", (T * model.top_k, h)),
     ]
     if model.shared_experts:
         fs = model.shared_experts * model.expert_ffn / shard.tp
         kernels += [_gemm("shared.fc1", T, n_up * fs, h, e, "mlp", shard.gemm_precision),
-                    _memory("shared.act", T * fs * act, "mlp"),
+                    _memory("shared.act", T * fs * act, "mlp", (T, fs)),
                     _gemm("shared.fc2", T, h, fs, e, "mlp", shard.gemm_precision)]
     kernels += [
         _gemm("experts.fc1", routed, n_up * fe, h, e, "mlp", shard.gemm_precision),
-        _memory("experts.act", routed * fe * act, "mlp"),
+        _memory("experts.act", routed * fe * act, "mlp", (routed, fe)),
         _gemm("experts.fc2", routed, h, fe, e, "mlp", shard.gemm_precision),
-        _memory("unpermute", 2 * T * model.top_k * h * e, "mlp"),
+        _memory("unpermute", 2 * T * model.top_k * h * e, "mlp", (T * model.top_k, h)),
     ]
     return kernels
 

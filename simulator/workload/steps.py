@@ -81,12 +81,15 @@ class TimedStep:
 
 def kernel_shape(kernel: Kernel) -> str:
     """A kernel's shape as traces show it: ``MxNxK`` for a GEMM ([M, K] x [K, N]), the block
-    sequence length, head dim and masked share of a fused attention call, "" otherwise."""
+    sequence length, head dim and masked share of a fused attention call, the tensor a
+    memory-bound kernel sweeps (``TxH elements``), "" for a kernel with no shape."""
     if kernel.mnk is not None:
         return "x".join(f"{v:.10g}" for v in kernel.mnk)
     if kernel.attn is not None:
         a = kernel.attn
         return f"seq {a.seq:.10g}, head_dim {a.head_dim:.10g}, masked {a.causal_fraction:.10g}"
+    if kernel.elements is not None:  # a memory-bound kernel: the tensor it sweeps, e.g. "8192x4096 elements"
+        return "x".join(f"{v:.10g}" for v in kernel.elements) + " elements"
     return ""
 
 

@@ -147,7 +147,8 @@ def _ring(spec: LayerSpec, core: list[Kernel]) -> list[Step]:
     merge = merge_bytes(spec, backward=backward)
     tag = "bwd." if backward else ""
     computes = [ComputeStep(f"attention.{tag}ring{i}", tuple(block) + (
-        (Kernel(f"attention.{tag}merge{i}", "memory", 0.0, merge, None, block[0].section),) if i else ()))
+        (Kernel(f"attention.{tag}merge{i}", "memory", 0.0, merge, None, block[0].section,
+                elements=(_query_elements(spec),)),) if i else ()))
         for i, block in enumerate(blocks)]
     kv = kv_elements(spec) * e
     out: list[Step] = []
