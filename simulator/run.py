@@ -173,7 +173,7 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
     m, train = scenario.model, scenario.training
     counts = workload.layout.counts
     tokens = scenario.tokens_per_step
-    model_flops = model_flops_per_token(counts.matmul, m.layers, m.hidden, m.seq_len) * tokens
+    model_flops = model_flops_per_token(counts.matmul, m.layers, m.heads * m.head_dim, m.seq_len) * tokens
     op_params = op_policy_recomputed_params(hidden=m.hidden, q_width=m.heads * m.head_dim,
                                             kv_width=m.n_kv_heads * m.head_dim, ffn_hidden=m.ffn, mlp=m.mlp)
     # an MoE model's layers average their active parameters (dense and MoE layers differ)

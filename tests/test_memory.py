@@ -158,3 +158,18 @@ def test_dtensor_sequence_parallel_keeps_gathered_norm_outputs():
     assert kept - base == pytest.approx(sbh(4) * 7 / 8, rel=1e-12)
     assert layer_activation_bytes(**GPT, tp=8, flash_attention=False, sp_keeps_gathered=True) == (
         layer_activation_bytes(**GPT, tp=8, flash_attention=False))  # nothing without SP
+
+
+def test_wide_heads_widen_q_k_v_and_the_attention_output():
+    """head_dim 256 on hidden 1024 with 8 heads (default width 128): Q and the attention output
+    grow from s*b*h to s*b*a*d, K and V from kv*128 to kv*256 elements per token. With s 1024,
+    b 1, 2-byte activations, 8 KV heads, no recompute, FlashAttention: Q and output
+    2 x 2 x 1024 x (2048 - 1024) = 4,194,304 B, K and V 2 x 2 x 1024 x (2048 - 1024) = 4,194,304 B:
+    8,388,608 B more per layer; the default head width gives the same bytes as head_dim 128."""
+    from simulator.costs.memory import layer_activation_bytes
+
+    common = dict(seq=1024, batch=1, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, mlp="swiglu",
+                  flash_attention=True, dropout=False)
+    base = layer_activation_bytes(**common)
+    assert layer_activation_bytes(**common, head_dim=128) == base
+    assert layer_activation_bytes(**common, head_dim=256) - base == 8_388_608

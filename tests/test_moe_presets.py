@@ -1,10 +1,4 @@
-"""Mixture-of-experts model presets (issue 15): their contract fields and parameter counts.
-
-The MoE fields (``experts``, ``experts_per_token``, ...) come with the simulator side of
-issue 15; until the model has them the presets cannot load, and these tests say so in their
-skip reason. The check is on the model's own field list, not on an import, so a real failure
-in a build that has the fields is never hidden.
-"""
+"""Mixture-of-experts model presets (issue 15): their contract fields and parameter counts."""
 
 import pytest
 
@@ -72,3 +66,21 @@ def test_deepseek_v3_total_parameters():
     result = simulator.simulate(simulator.Scenario.model_validate(small_scenario(
         model={"preset": "deepseek-v3", "seq_len": 1024}, training={"micro_batch": 1, "global_batch": 16})))
     assert result.params == pytest.approx(671_026_404_352, rel=1e-6)
+
+
+def test_qwen3_30b_a3b_counts_its_wide_heads():
+    """Qwen3-30B-A3B's 32 query heads are head_dim 128 wide (4,096 > hidden 2,048), 4 KV heads:
+    attention 2048 x (4096 + 2 x 512) + 4096 x 2048 = 18,874,368; two RMSNorms 4,096; router
+    2048 x 128 = 262,144; 128 SwiGLU experts of 3 x 2048 x 768 = 4,718,592 each = 603,979,776.
+    48 layers x 623,120,384 = 29,909,778,432, plus untied embedding and head 2 x 151,936 x 2,048
+    = 622,329,856 and the final norm 2,048: 30,532,110,336 (the report's 30.5B). Active: 8 experts
+    (37,748,736) instead of 128: 48 x 56,889,344 + 622,331,904 = 3,353,020,416 (3.3B). With the
+    head width taken as hidden / heads = 64 the attention would be 2048 x 2560 + 2048^2 smaller."""
+    from simulator.workload.layout import ModelLayout
+
+    sc = simulator.Scenario.model_validate({
+        "model": {"preset": "qwen3-30b-a3b"}, "cluster": {"node": "dgx-h100", "nodes": 1},
+        "parallelism": {"ep": 8}, "training": {"micro_batch": 1, "global_batch": 8}})
+    assert sc.model.head_dim == 128 and sc.model.heads * sc.model.head_dim == 2 * sc.model.hidden
+    counts = ModelLayout(sc).counts
+    assert (counts.total, counts.active) == (30_532_110_336, 3_353_020_416)

@@ -91,22 +91,24 @@ def param_counts(
     position_embedding: str,
     tied_embeddings: bool,
     bias: bool,
+    head_dim: int | None = None,
 ) -> ParamCounts:
     """Exact parameter counts of a GPT/Llama-style block stack.
 
-    Per layer: attention ``h*(h + 2*kv*d) + h*h`` (Q, K, V, output; d = h/heads), MLP
+    Per layer: attention ``h*(heads*d + 2*kv*d) + heads*d*h`` (Q, K, V, output; d = head_dim,
+    by default h/heads, when heads*d = h the familiar ``h*(h + 2*kv*d) + h*h``), MLP
     ``2*h*F`` (GELU) or ``3*h*F`` (SwiGLU gate/up/down), two norms (``2h`` each for
     LayerNorm with bias, ``h`` for RMSNorm), biases when ``bias``.
     """
-    d = hidden // heads
-    kv_width = kv_heads * d
-    attn = hidden * (hidden + 2 * kv_width) + hidden * hidden
+    d = head_dim or hidden // heads
+    q_width, kv_width = heads * d, kv_heads * d
+    attn = hidden * (q_width + 2 * kv_width) + q_width * hidden
     n_mats = 3 if mlp == "swiglu" else 2
     mlp_params = n_mats * hidden * ffn_hidden
     norm_params = 2 * hidden if norm == "layernorm" else hidden
     per_layer = attn + mlp_params + 2 * norm_params
     if bias:
-        per_layer += (hidden + 2 * kv_width) + hidden  # qkv and output projection biases
+        per_layer += (q_width + 2 * kv_width) + hidden  # qkv and output projection biases
         per_layer += (2 if mlp == "swiglu" else 1) * ffn_hidden + hidden
     return ParamCounts(
         per_layer=per_layer,
@@ -119,7 +121,9 @@ def param_counts(
 
 
 def model_flops_per_token(matmul_params: int, layers: int, hidden: int, seq_len: int) -> float:
-    """PaLM model FLOPs per trained token: 6*N + 12*L*h*s."""
+    """PaLM model FLOPs per trained token: 6*N + 12*L*H*Q*T (Chowdhery et al. 2022, appendix B: H
+    heads of width Q, T tokens), written 6*N + 12*L*h*s with ``hidden`` = H*Q, the attention
+    width (the model's hidden size unless its heads are wider or narrower)."""
     return 6.0 * matmul_params + 12.0 * layers * hidden * seq_len
 
 

@@ -136,8 +136,11 @@ def layer_activation_bytes(
     fp8_inputs: bool = False,
     sp_keeps_gathered: bool = False,
     compiled: bool = False,
+    head_dim: int | None = None,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
+    ``head_dim`` (default h/a): with heads wider or narrower than h/a, Q and the attention
+    output are a*head_dim wide instead of h.
 
     Korthikanti et al. 2022 Table 2 for a GPT block (MHA, GELU, F = 4h, dropout, 2-byte
     activations), s = sequence, b = micro-batch, a = heads, t = tp:
@@ -171,20 +174,21 @@ def layer_activation_bytes(
     s = seq / cp
     e = float(act_bytes)
     sbh = s * batch * hidden
-    d = hidden // heads
-    kv_width = kv_heads * d
+    d = head_dim or hidden // heads
+    kv_width, q_width = kv_heads * d, heads * d
+    sbq = s * batch * q_width  # Q and the attention output (= sbh when heads * d = hidden)
     mask = 1.0 if dropout else 0.0
     shard_rep = float(tp) if sequence_parallel else 1.0  # replicated parts split only with SP
     if recompute == "full":
         return e * sbh / shard_rep
     if recompute == "selective-op":
         return _op_policy_bytes(s, batch, hidden, heads, kv_width, ffn_hidden, mlp, tp, sequence_parallel,
-                                flash_attention, e, compiled)
+                                flash_attention, e, compiled, q_width)
     g = 1.0 if fp8_inputs else e  # bytes of a kept linear input (norm outputs, fc2's input)
     # replicated across tp unless sequence parallel: LN inputs and outputs, dropout masks
     replicated = (e + g + mask + e + g + mask) * sbh
     # split across tp: Q, K, V, attention output (and proj's fp8 input), MLP intermediates
-    split = e * sbh + 2 * e * s * batch * kv_width + e * sbh + (sbh if fp8_inputs else 0.0)
+    split = e * sbq + 2 * e * s * batch * kv_width + e * sbq + (sbq if fp8_inputs else 0.0)
     if mlp == "swiglu":
         split += (2 * e + g) * s * batch * ffn_hidden
     else:
@@ -201,13 +205,13 @@ def layer_activation_bytes(
 
 
 def _op_policy_bytes(s: float, batch: int, hidden: int, heads: int, kv_width: int, ffn_hidden: int, mlp: str,
-                     tp: int, sequence_parallel: bool, flash: bool, e: float, compiled: bool) -> float:
+                     tp: int, sequence_parallel: bool, flash: bool, e: float, compiled: bool, q_width: int) -> float:
     """What torchtitan's op policy keeps of one block (see :func:`layer_activation_bytes`)."""
     sb = s * batch
-    widths = {"wq": hidden / tp, "wk": kv_width / tp, "wv": kv_width / tp, "wo": hidden,
+    widths = {"wq": q_width / tp, "wk": kv_width / tp, "wv": kv_width / tp, "wo": hidden,
               "w1": ffn_hidden / tp, "w3": ffn_hidden / tp, "w2": hidden, "fc1": ffn_hidden / tp, "fc2": hidden}
     saved = sum(widths[name] for name in op_policy_kept_matmuls(mlp, compiled=compiled))
-    sdpa = (hidden / tp * e + 4.0 * heads / tp) if flash else 0.0  # output + fp32 log-sum-exp per token
+    sdpa = (q_width / tp * e + 4.0 * heads / tp) if flash else 0.0  # output + fp32 log-sum-exp per token
     # the reduce-scatters after wo and w2; compiled keeps only the first (the second feeds the residual add)
     reduce_scatter = (1.0 if compiled else 2.0) * hidden / tp * e if sequence_parallel and tp > 1 else 0.0
     block_input = e * hidden / (tp if sequence_parallel else 1)

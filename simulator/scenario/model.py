@@ -29,6 +29,11 @@ class ModelSpec(Frozen):
     hidden: PositiveInt = Field(description="model width h")
     heads: PositiveInt = Field(description="attention heads a")
     kv_heads: PositiveInt | None = Field(None, description="key/value heads (GQA when < heads); default = heads")
+    head_width: PositiveInt | None = Field(
+        None, alias="head_dim",
+        description="width of each attention head in elements (Hugging Face head_dim, Megatron kv_channels); "
+                    "default = hidden / heads. Wider heads (Qwen3: 32 x 128 on a 2,048 hidden) widen Q, K, V "
+                    "and the output projection's input")
     ffn_hidden: PositiveInt | None = Field(None, description="MLP inner width; default = 4 * hidden")
     seq_len: PositiveInt = Field(description="sequence length s in tokens")
     vocab: PositiveInt = Field(description="vocabulary size V")
@@ -118,7 +123,8 @@ class ModelSpec(Frozen):
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """Per-head width: ``head_dim`` when the model gives it, else hidden / heads."""
+        return self.head_width or self.hidden // self.heads
 
     @property
     def label(self) -> str:
@@ -142,7 +148,7 @@ def is_resolved_model(value: Any) -> bool:
         return not isinstance(value, str)
     if not value.get("preset"):
         return True
-    return all(name in value for name in ModelSpec.model_fields)
+    return all((field.alias or name) in value for name, field in ModelSpec.model_fields.items())
 
 
 def resolve_model(value: Any, catalog: Catalog) -> Any:
@@ -167,5 +173,6 @@ def resolve_model(value: Any, catalog: Catalog) -> Any:
     # an explicit override of heads without kv_heads keeps MHA semantics of the override
     merged = _fill_model_defaults({**data, **overrides, "preset": name})
     # every field written out (defaults too): the result is resolved data (is_resolved_model)
-    defaults = {k: f.default for k, f in ModelSpec.model_fields.items() if not f.is_required() and k not in merged}
+    defaults = {f.alias or k: f.default for k, f in ModelSpec.model_fields.items()
+                if not f.is_required() and (f.alias or k) not in merged}
     return {**merged, **defaults}

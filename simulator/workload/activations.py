@@ -111,7 +111,7 @@ class ActivationSizes:
                 ffn_hidden=ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                 recompute=recompute, flash_attention=shard.flash, dropout=m.dropout,
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
-                sp_keeps_gathered=par.sp_keeps_gathered_input, compiled=train.compile is True,
+                sp_keeps_gathered=par.sp_keeps_gathered_input, compiled=train.compile is True, head_dim=m.head_dim,
             )
 
         eager = eager_saved_bytes(scenario)

@@ -47,11 +47,12 @@ class ModelLayout:
         self.counts = param_counts(
             layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads, ffn_hidden=m.ffn,
             vocab=m.vocab, seq_len=m.seq_len, mlp=m.mlp, norm=m.norm, position_embedding=m.position_embedding,
-            tied_embeddings=m.tied_embeddings, bias=m.bias,
+            tied_embeddings=m.tied_embeddings, bias=m.bias, head_dim=m.head_dim,
         )
         if m.mla is not None:  # the MHA projections replaced by MLA's (scenario/moe.py MlaSpec)
             q, kv = m.mla.projection_params(m.hidden, m.heads)
-            mha = m.hidden * (m.hidden + 2 * m.n_kv_heads * m.head_dim) + m.hidden * m.hidden
+            q_width = m.heads * m.head_dim
+            mha = m.hidden * (q_width + 2 * m.n_kv_heads * m.head_dim) + q_width * m.hidden
             mla = q + kv + m.heads * m.mla.v_head_dim * m.hidden
             self.counts = _replace(self.counts, per_layer=self.counts.per_layer - mha + mla)
         if m.moe:
