@@ -134,6 +134,12 @@ class ModelSpec(Frozen):
 def _fill_model_defaults(value: Any) -> Any:
     if isinstance(value, dict):
         value = dict(value)
+        # a model dumped by field name (model_dump()) comes back under the file's key: head_width -> head_dim
+        for name, field in ModelSpec.model_fields.items():
+            if field.alias and name in value:
+                written = value.pop(name)
+                if value.get(field.alias) is None:
+                    value[field.alias] = written
         if value.get("kv_heads") is None and "heads" in value:
             value["kv_heads"] = value["heads"]
         if value.get("ffn_hidden") is None and isinstance(value.get("hidden"), int):
