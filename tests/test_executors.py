@@ -51,8 +51,8 @@ def test_malformed_executors_are_bad_input(spec):
         check_executor(spec)
     message = str(caught.value)
     assert message.startswith("--executor ") and "\n" not in message and "\x1b" not in message
-    with pytest.raises(ScenarioError), open_executor(spec, workers=1):  # before anything starts
-        pass
+    with pytest.raises(ScenarioError):  # refused on opening, before anything starts
+        open_executor(spec, workers=1).__enter__()
 
 
 @pytest.mark.skipif(not HAS_DASK, reason="needs dask.distributed")

@@ -36,19 +36,7 @@ from simulator.sweep import (
     write_results,
 )
 from simulator.sweep import executors as executors_module
-
-ROOT = Path(__file__).resolve().parents[1]
-
-BASE = """\
-name: tiny
-model: gpt3-125m
-cluster:
-  node: p4d.24xlarge
-  nodes: 1
-training:
-  micro_batch: 4
-  global_batch: 64
-"""
+from tests.test_sweep import BASE, ROOT
 
 
 def _write(folder: Path, sweep: str) -> Path:

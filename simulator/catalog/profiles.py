@@ -71,20 +71,22 @@ class ProfileSpec(Frozen):
     @field_validator("peak_flops", "gemm", "attention_fwd", "attention_bwd")
     @classmethod
     def _precisions(cls, table: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(table) - set(PRECISIONS))
-        if unknown:
-            raise ValueError(f"unknown precision {unknown[0]!r} (known: {', '.join(PRECISIONS)})")
-        return table
+        return _only_known(table, PRECISIONS, "precision", "known")
 
     @field_validator("comm")
     @classmethod
     def _collectives(cls, fits: dict[str, CommFit]) -> dict[str, CommFit]:
-        unknown = sorted(set(fits) - set(COMM_OPS))
-        if unknown:
-            raise ValueError(f"unknown collective {unknown[0]!r} (a profile measures {', '.join(COMM_OPS)})")
-        return fits
+        return _only_known(fits, COMM_OPS, "collective", "a profile measures")
 
     @property
     def measured_on(self) -> str:
         """The device the profile describes, as a person reads it (``cpu: Intel Xeon ...``, ``a100-40gb``)."""
         return self.device or self.gpu or "an unnamed device"
+
+
+def _only_known(table: dict[str, Any], known: Any, what: str, lead: str) -> dict[str, Any]:
+    """``table`` when every key is in ``known``, else a ValueError naming the first other key."""
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown[0]!r} ({lead}: {', '.join(known)})")
+    return table

@@ -152,8 +152,8 @@ def _probe(directory: Path, option: str, path: Path) -> None:
     try:
         probe.touch(exist_ok=False)
         probe.unlink()
-    except FileExistsError:
-        pass
+    except FileExistsError:  # a probe of this pid left behind: files can be created here
+        return
     except OSError as exc:
         fail(f"{option} {_shown(path)}: cannot write in {directory} ({exc.strerror or exc})")
 

@@ -91,18 +91,15 @@ def check_executor(spec: str) -> str:
     Contacts nothing and imports neither Dask nor Ray."""
     if spec in ("local", "serial"):
         return spec
-    if spec == "dask-local" or spec.startswith("dask://"):
-        if spec != "dask-local":
-            _host_port(spec, "dask")
-        if importlib.util.find_spec("distributed") is None:
-            raise _missing(spec, "dist (dask.distributed)")
-        return spec
-    if spec == "ray" or spec.startswith("ray://"):
-        if spec != "ray":
-            _host_port(spec, "ray")
-        if importlib.util.find_spec("ray") is None:
-            raise _missing(spec, "ray")
-        return spec
+    # scheme: (the local name, the package it imports, the extra that installs it)
+    for scheme, (local, package, extra) in {"dask": ("dask-local", "distributed", "dist (dask.distributed)"),
+                                            "ray": ("ray", "ray", "ray")}.items():
+        if spec == local or spec.startswith(f"{scheme}://"):
+            if spec != local:
+                _host_port(spec, scheme)
+            if importlib.util.find_spec(package) is None:
+                raise _missing(spec, extra)
+            return spec
     raise ScenarioError(f"--executor {spec!r}: expected {EXECUTOR_HELP}")
 
 

@@ -12,6 +12,7 @@ one-line note says why; the interactive figures are unaffected.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import shutil
@@ -27,14 +28,13 @@ _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-sta
 
 def _find_browser() -> str | None:
     """The Chrome or Chromium Kaleido would start (its own search), else one on the PATH."""
-    try:
+    found = None
+    with contextlib.suppress(Exception):  # another choreographer version: fall back to the PATH
         from choreographer.browsers.chromium import Chromium
 
         found = Chromium.find_browser(skip_local=False)
-        if found:
-            return str(found)
-    except Exception:  # another choreographer version: fall back to the PATH
-        pass
+    if found:
+        return str(found)
     return next((path for name in _BROWSERS if (path := shutil.which(name))), None)
 
 
