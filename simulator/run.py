@@ -15,11 +15,13 @@ from typing import Any
 
 from simulator.catalog import Catalog, default_catalog
 from simulator.cluster import Router, build_cluster
+from simulator.cluster.cache import ClusterSetup, cluster_setup
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
 from simulator.costs.collectives import choose_algorithm
 from simulator.costs.flops import model_flops_per_token, op_policy_recomputed_params, recompute_flops_per_token
 from simulator.costs.nccl_env import NcclTuning
 from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
+from simulator.engine.comm import LoweringMemo
 from simulator.errors import ScenarioError
 from simulator.ir import op_name
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
@@ -73,10 +75,10 @@ def _collector_paused() -> Iterator[None]:
 
 def _run(scenario: Scenario, record_series: bool) -> Simulation:
     catalog = default_catalog()  # read once: every lookup of this run sees the same data
-    cluster = build_cluster(scenario.cluster, catalog)
+    setup = cluster_setup(scenario.cluster, catalog, scenario.sim.seed)  # kept for the next point on this cluster
+    cluster, planner = setup.graph, setup.planner
     profile = compute_profile(cluster.gpu, scenario.cluster.calibration, catalog)
     symmetric = scenario.sim.symmetry == "auto"
-    planner = CollectivePlanner(cluster, Router(cluster, seed=scenario.sim.seed))
     model = nccl_model(cluster.nccl)
 
     def comm_time(op: str, group: tuple[int, ...], nbytes: float) -> CommCost:
@@ -92,8 +94,8 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
                               comm_time=comm_time, node_kind=cluster.node_type.intra_node.kind, nccl=cluster.nccl)
     program = workload.build()
     block = workload.symmetry.block_ranks
-    classes = LinkClasses(cluster, None if block is None else block // cluster.gpus_per_node)
-    resolver = CommResolver(cluster, planner, classes, model, block_ranks=block)
+    classes, memo = _link_classes(setup, None if block is None else block // cluster.gpus_per_node)
+    resolver = CommResolver(cluster, planner, classes, model, block_ranks=block, memo=memo)
     run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series,
                       overlap_slowdown=workload.overlap_slowdown)
     measured = profile.calibrated or scenario.cluster.calibration is not None  # a user's profile is never "built-in"
@@ -103,6 +105,16 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
     if scenario.model.moe:
         result = result.model_copy(update={"moe": _moe(scenario, workload, rows, result)})
     return Simulation(result, rows, facts, _link_series(classes, run) if record_series else None)
+
+
+def _link_classes(setup: ClusterSetup, block_nodes: int | None) -> tuple[LinkClasses, LoweringMemo]:
+    """The cluster's link classes for blocks of ``block_nodes`` and the lowerings folded onto
+    them, kept with the cluster for the next run on it."""
+    key = ("link_classes", block_nodes)
+    found = setup.derived.get(key)
+    if found is None:
+        found = setup.derived[key] = (LinkClasses(setup.graph, block_nodes), LoweringMemo())
+    return found
 
 
 def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result) -> MoeSummary:

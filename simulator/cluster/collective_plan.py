@@ -61,8 +61,15 @@ class PhasePlan:
     net_staged_bytes_per_s: float = 0.0
 
     def seconds_per_byte(self, cluster: ClusterGraph) -> float:
+        """Seconds per byte of D on the phase's slowest link (kept per cluster: a plan is asked
+        again at every point of a sweep on its cluster)."""
+        kept = self.__dict__.get("_seconds_per_byte")
+        if kept is not None and kept[0] is cluster:
+            return kept[1]
         links = cluster.links
-        return max((w / links[i].capacity_bytes_per_s for i, w in self.link_weights), default=0.0)
+        value = max((w / links[i].capacity_bytes_per_s for i, w in self.link_weights), default=0.0)
+        self.__dict__["_seconds_per_byte"] = (cluster, value)
+        return value
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Link ids and weights as arrays."""
@@ -70,9 +77,10 @@ class PhasePlan:
 
     @cached_property
     def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.fromiter((i for i, _ in self.link_weights), dtype=np.int64, count=len(self.link_weights))
-        w = np.fromiter((x for _, x in self.link_weights), dtype=float, count=len(self.link_weights))
-        return ids, w
+        if not self.link_weights:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        ids, w = zip(*self.link_weights, strict=True)
+        return np.array(ids, dtype=np.int64), np.array(w, dtype=float)
 
 
 @dataclass(frozen=True)

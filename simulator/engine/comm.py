@@ -11,6 +11,7 @@ into the per-class loads the flow and analytical models run.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,9 +23,21 @@ from simulator.engine.link_classes import LinkClasses
 from simulator.engine.lowering import CommLowering, CommPhase, PhaseLoad, Resolved, lower_plans
 from simulator.ir import CommOp
 
-__all__ = ["LinkClasses", "CommResolver", "Resolved"]
+__all__ = ["LinkClasses", "CommResolver", "Resolved", "LoweringMemo"]
 
-_NET_KINDS = ("infiniband", "efa", "ethernet-tcp")  # links whose flows a TCP-like per-flow cap limits
+_NET_KINDS = frozenset({"infiniband", "efa", "ethernet-tcp"})  # links whose flows a TCP-like per-flow cap limits
+
+
+@dataclass
+class LoweringMemo:
+    """Lowered step structures and their folds onto link classes, by (op, algorithm, groups).
+
+    They depend only on the cluster, its link classes and the symmetry block, never on a
+    run's sizes or tuning, so one memo may serve every run on one cluster and block
+    (:mod:`simulator.cluster.cache` keeps it with the cluster)."""
+
+    lowered: dict[tuple[object, ...], tuple[CommPhase, ...]] = field(default_factory=dict)
+    units: dict[tuple[object, ...], list[tuple[np.ndarray, np.ndarray, float]]] = field(default_factory=dict)
 
 
 class CommResolver:
@@ -32,6 +45,7 @@ class CommResolver:
 
     ``block_ranks``: ranks per block of identical replicas under symmetry reduction (None: off).
     ``tuning``: what ``NCCL_ALGO`` / ``NCCL_PROTO`` leave the tuner (None: NCCL's defaults).
+    ``memo``: lowerings kept from earlier runs with the same cluster, classes and block.
     """
 
     def __init__(
@@ -43,6 +57,7 @@ class CommResolver:
         *,
         block_ranks: int | None,
         tuning: NcclTuning | None = None,
+        memo: LoweringMemo | None = None,
     ) -> None:
         self.cluster = cluster
         self.planner = planner
@@ -51,11 +66,11 @@ class CommResolver:
         self.block_ranks = block_ranks
         self.tuning = tuning or NcclTuning()
         self.world = cluster.world_size
-        self._lowered: dict[tuple[object, ...], tuple[CommPhase, ...]] = {}
-        self._units: dict[tuple[object, ...], list[tuple[np.ndarray, np.ndarray, float]]] = {}
+        memo = memo or LoweringMemo()
+        self._lowered = memo.lowered
+        self._units = memo.units
         self._choices: dict[tuple[object, ...], Choice] = {}
         self._resolved: dict[tuple[object, ...], Resolved] = {}
-        self._net_classes_cache: np.ndarray | None = None
         cap = cluster.transport.per_flow_cap_bytes_per_s
         self._net_cap = cap * cluster.transport.flows_per_connection if cap else math.inf
 
@@ -174,7 +189,4 @@ class CommResolver:
     @property
     def _net_classes(self) -> np.ndarray:
         """Classes of network links (where the transport's per-flow cap applies)."""
-        if self._net_classes_cache is None:
-            net = [self.classes.class_of[link.id] for link in self.cluster.links if link.kind in _NET_KINDS]
-            self._net_classes_cache = np.unique(np.array(net, dtype=np.int64))
-        return self._net_classes_cache
+        return self.classes.classes_of_kinds(_NET_KINDS)

@@ -80,8 +80,10 @@ class LinkClasses:
         self.members = members
         self.size = np.array([len(m) for m in members], dtype=float)
         self.capacity = np.array([cluster.links[m[0]].capacity_bytes_per_s for m in members])
+        self.capacity.flags.writeable = False  # shared by every run on a cached cluster
         self.block_nodes = block_nodes
         self.cluster = cluster
+        self._kind_classes: dict[frozenset[str], np.ndarray] = {}
         # every position one class: classes are positions (indices equal), the common case
         self.uniform = len(members) == n_positions
         self._position_size = np.bincount(position_of, minlength=n_positions).astype(float)
@@ -94,6 +96,15 @@ class LinkClasses:
 
     def __len__(self) -> int:
         return len(self.members)
+
+    def classes_of_kinds(self, kinds: frozenset[str]) -> np.ndarray:
+        """The classes whose links are of one of ``kinds``, ascending (kept: link classes
+        outlive a run when their cluster is cached, :mod:`simulator.cluster.cache`)."""
+        found = self._kind_classes.get(kinds)
+        if found is None:
+            ids = [link.id for link in self.cluster.links if link.kind in kinds]
+            found = self._kind_classes[kinds] = np.unique(self.class_of[np.array(ids, dtype=np.int64)])
+        return found
 
     def label(self, index: int) -> str:
         link = self.cluster.links[self.members[index][0]]
@@ -156,7 +167,9 @@ class LinkClasses:
                 there = at >= 0
                 np.maximum.at(weights, at[there], loads[there])
         nz = np.nonzero(weights > 0)[0]
-        return nz, weights[nz] / b_unit, b_unit
+        flows = weights[nz] / b_unit
+        nz.flags.writeable = flows.flags.writeable = False  # kept across runs (LoweringMemo): never edited
+        return nz, flows, b_unit
 
 
 # what must be equal for links to share a class: kind, line rate, efficiency, latency

@@ -1,0 +1,86 @@
+"""Clusters kept across the points of a sweep or search that share one.
+
+Building a cluster's graph, routing its flows and planning its collectives depend only on
+the cluster spec, the catalog it was built from and the routing seed; a sweep over batch
+sizes or a layout search simulates many points on one cluster. :func:`cluster_setup` keeps
+the last :data:`CACHE_SIZE` clusters of this process (least recently used first out) with
+everything derived from them that does not depend on the point:
+
+* the :class:`~simulator.cluster.graph.ClusterGraph` (built once),
+* its :class:`~simulator.cluster.routing.Router` (every route computed, cached inside),
+* its :class:`~simulator.cluster.collectives.CollectivePlanner` (ring orders and the
+  collective plan of every (op, algorithm, group) asked for, cached inside),
+* ``derived``: what later stages build from the cluster alone, keyed by the stage (the
+  engine's link classes per symmetry block, :func:`simulator.run.simulate`).
+
+Everything kept is deterministic in its key and never changed by a run (plans, routes and
+link classes are immutable once built), so a cached setup gives bit-identical results to a
+fresh one (``tests/test_cluster_cache.py``). The cost is memory: a 16,384-GPU cluster's
+graph and routes hold a few hundred MB at most, hence the small bound;
+:func:`clear_cluster_cache` empties it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.catalog import Catalog
+from simulator.cluster.builders import build_cluster
+from simulator.cluster.collectives import CollectivePlanner
+from simulator.cluster.graph import ClusterGraph
+from simulator.cluster.routing import Router
+from simulator.scenario.spec import ClusterSpec
+
+__all__ = ["ClusterSetup", "cluster_setup", "clear_cluster_cache", "CACHE_SIZE"]
+
+# clusters kept per process (each with its routes, plans and link classes)
+CACHE_SIZE = 4
+
+
+@dataclass
+class ClusterSetup:
+    """A built cluster with its router and collective planner (both cache what they compute)."""
+
+    graph: ClusterGraph
+    router: Router
+    planner: CollectivePlanner
+    derived: dict[Hashable, Any] = field(default_factory=dict)
+
+
+_CACHE: OrderedDict[tuple[ClusterSpec, Catalog, int], ClusterSetup] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def new_setup(spec: ClusterSpec, catalog: Catalog, seed: int) -> ClusterSetup:
+    """A fresh setup, not cached."""
+    graph = build_cluster(spec, catalog)
+    router = Router(graph, seed=seed)
+    return ClusterSetup(graph, router, CollectivePlanner(graph, router))
+
+
+def cluster_setup(spec: ClusterSpec, catalog: Catalog, seed: int = 0) -> ClusterSetup:
+    """The setup of ``spec`` built with ``catalog`` and routed with ``seed``: the cached one
+    when this process built it recently, else a new one (then kept)."""
+    key = (spec, catalog, seed)
+    with _LOCK:
+        found = _CACHE.get(key)
+        if found is not None:
+            _CACHE.move_to_end(key)
+            return found
+    setup = new_setup(spec, catalog, seed)  # outside the lock: a build can take a second
+    with _LOCK:
+        found = _CACHE.setdefault(key, setup)
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return found
+
+
+def clear_cluster_cache() -> None:
+    """Forget every kept cluster."""
+    with _LOCK:
+        _CACHE.clear()
