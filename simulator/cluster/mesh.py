@@ -34,7 +34,6 @@ stays inside a node.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Literal
@@ -67,7 +66,9 @@ Axis = Literal["tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_replicate", "tp_
 class Mesh:
     """Named axes with sizes (innermost first); coordinates and groups derived generically.
 
-    Groups are cached per (rank, name): strategies ask for the same groups many times.
+    Groups are cached per (rank, name), and shared by equal meshes (the last
+    :data:`SHARED_MESHES` layouts of this process): strategies ask for the same groups many
+    times, and the points of a sweep or search with one layout ask again.
     """
 
     def __init__(self, axes: Iterable[tuple[str, int]], *, ep: int = 1, etp: int = 1) -> None:
@@ -87,7 +88,7 @@ class Mesh:
         self.world: int = stride
         if (self.world // self.sizes.get("pp", 1)) % (self.ep * self.etp):
             raise ValueError(f"ep*etp = {self.ep}*{self.etp} does not divide the ranks of a pipeline stage")
-        self._groups: dict[tuple[int, str], tuple[int, ...]] = {}
+        self._groups = _shared_groups((self.axes, self.ep, self.etp))
 
     @classmethod
     def from_sizes(cls, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1,
@@ -176,10 +177,12 @@ class Mesh:
 
     def varying(self, rank: int, axes: Iterable[str]) -> tuple[int, ...]:
         """Ranks that share ``rank``'s coordinates on every axis but ``axes``, ascending."""
-        axes = [a for a in axes if self.sizes.get(a, 1) > 1]
-        base = rank - sum(self.coord(rank, a) * self.strides[a] for a in axes)
-        offsets = [[i * self.strides[a] for i in range(self.sizes[a])] for a in axes]
-        return tuple(sorted(base + sum(combo) for combo in itertools.product(*offsets)))
+        axes = sorted((a for a in axes if self.sizes.get(a, 1) > 1), key=self.strides.__getitem__, reverse=True)
+        ranks = [rank - sum(self.coord(rank, a) * self.strides[a] for a in axes)]
+        for a in axes:  # outermost first: a stride is at least the span of the axes inside it, so ranks stay ascending
+            steps = range(0, self.sizes[a] * self.strides[a], self.strides[a])
+            ranks = [r + d for r in ranks for d in steps]
+        return tuple(ranks)
 
     @property
     def stage_representatives(self) -> tuple[int, ...]:
@@ -213,6 +216,21 @@ class Mesh:
         inner, outer = (self.etp, self.ep) if kind == "ep" else (self.etp * self.ep, len(stage) // (self.etp * self.ep))
         base = i - (i // inner) % outer * inner
         return tuple(sorted(stage[base + j * inner] for j in range(outer)))
+
+
+# equal meshes share their groups: the last SHARED_MESHES layouts' groups are kept
+SHARED_MESHES = 8
+_GROUPS_BY_MESH: dict[object, dict[tuple[int, str], tuple[int, ...]]] = {}
+
+
+def _shared_groups(key: object) -> dict[tuple[int, str], tuple[int, ...]]:
+    found = _GROUPS_BY_MESH.pop(key, None)  # re-inserted last: the dict's order is the recency
+    if found is None:
+        found = {}
+        while len(_GROUPS_BY_MESH) >= SHARED_MESHES:
+            _GROUPS_BY_MESH.pop(next(iter(_GROUPS_BY_MESH)))
+    _GROUPS_BY_MESH[key] = found
+    return found
 
 
 def _embedding_group(mesh: Mesh, rank: int) -> tuple[int, ...]:
