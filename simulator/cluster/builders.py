@@ -15,10 +15,10 @@ from simulator.catalog import Catalog, default_catalog
 from simulator.cluster.comm_profile import apply_comm_profile
 from simulator.cluster.fabrics import build_fabric
 from simulator.cluster.fabrics.torus import neighbours
-from simulator.cluster.graph import ClusterGraph, Vertex
+from simulator.cluster.graph import ClusterGraph, Link, Vertex
 from simulator.scenario.spec import ClusterSpec
 
-__all__ = ["build_cluster", "NODE_BUILDERS", "INTER_SOCKET_BYTES_PER_S"]
+__all__ = ["build_cluster", "check_cluster_limits", "NODE_BUILDERS", "INTER_SOCKET_BYTES_PER_S"]
 
 # CPU socket to socket (Intel UPI / AMD xGMI), one direction. Two to three UPI links of
 # 10.4 GT/s x 2 bytes (20.8 GB/s each) on the Xeon platforms of these nodes; estimate.
@@ -163,14 +163,55 @@ NODE_BUILDERS: dict[str, Callable[[ClusterGraph, int], None]] = {
     "torus": build_torus_node,
 }
 
+def _build_nodes(cluster: ClusterGraph, build_node: Callable[[ClusterGraph, int], None], n_nodes: int) -> None:
+    """Every node's interior. Nodes are alike (the router relies on it too): nodes 0 and 1 are
+    built, and when node 1 is node 0 renamed, the others are copied from node 0
+    (:meth:`ClusterGraph.copy_node`); otherwise each is built."""
+    shapes = []
+    for node in range(min(2, n_nodes)):
+        v0, l0 = len(cluster.vertices), len(cluster.links)
+        build_node(cluster, node)
+        shapes.append((list(cluster.vertices.values())[v0:], cluster.links[l0:]))
+    if n_nodes > 2 and _renamed(shapes[0], shapes[1]):
+        vertices, links = shapes[0]
+        for node in range(2, n_nodes):
+            cluster.copy_node(vertices, links, node)
+    else:
+        for node in range(2, n_nodes):
+            build_node(cluster, node)
+
+
+def _renamed(first: tuple[list[Vertex], list[Link]], second: tuple[list[Vertex], list[Link]]) -> bool:
+    """Whether node 1's vertices and links are node 0's under the prefix ``n1.`` (the same
+    kinds, rates, tiers, slots, in the same order), every name inside its node."""
+    (v0, l0), (v1, l1) = first, second
+    if len(v0) != len(v1) or len(l0) != len(l1):
+        return False
+    for a, b in zip(v0, v1, strict=True):
+        if not (a.name.startswith("n0.") and b.name == "n1." + a.name[3:] and a.node == 0 and b.node == 1
+                and (a.kind, a.local, a.socket, a.switch) == (b.kind, b.local, b.socket, b.switch)):
+            return False
+    for a, b in zip(l0, l1, strict=True):
+        if not (a.src.startswith("n0.") and a.dst.startswith("n0.") and b.src == "n1." + a.src[3:]
+                and b.dst == "n1." + a.dst[3:] and a.node == 0 and b.node == 1 and a[3:9] == b[3:9]
+                and a.slot == b.slot):
+            return False
+    return True
+
+
+def check_cluster_limits(spec: ClusterSpec) -> None:
+    """The cluster within the node and GPU limits (:mod:`simulator.limits`), else a ScenarioError."""
+    limits.check("nodes", spec.n_nodes, what="cluster nodes", field="cluster.nodes")
+    limits.check("world_size", spec.world_size, what=f"GPUs ({spec.n_nodes:,} nodes x {spec.gpus_in_node} GPUs)",
+                 field="cluster.nodes")
+
+
 def build_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterGraph:
     """Build the whole cluster graph for a validated :class:`ClusterSpec` (with the intra-node
     links recalibrated when ``spec.calibration`` holds measured collectives). Transports and
     NCCL constants come from ``catalog`` (default: :func:`~simulator.catalog.default_catalog`),
     read once here."""
-    limits.check("nodes", spec.n_nodes, what="cluster nodes", field="cluster.nodes")
-    limits.check("world_size", spec.world_size, what=f"GPUs ({spec.n_nodes:,} nodes x {spec.gpus_in_node} GPUs)",
-                 field="cluster.nodes")
+    check_cluster_limits(spec)
     catalog = catalog or default_catalog()
     node_type = spec.node_type
     transport_kind = spec.fabric.transport or node_type.nics.transport
@@ -185,9 +226,7 @@ def build_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterG
         pcie_transport=catalog.transport("pcie"),
         nccl=catalog.nccl,
     )
-    build_node = NODE_BUILDERS[node_type.intra_node.kind]
-    for node in range(spec.n_nodes):
-        build_node(cluster, node)
+    _build_nodes(cluster, NODE_BUILDERS[node_type.intra_node.kind], spec.n_nodes)
     cluster.scale_out = build_fabric(cluster, spec.fabric)
     cluster.description = (
         f"{spec.n_nodes} x {node_type.name} ({spec.gpus_in_node} x {cluster.gpu.name}), "

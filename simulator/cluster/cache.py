@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.catalog import Catalog
-from simulator.cluster.builders import build_cluster
+from simulator.cluster.builders import build_cluster, check_cluster_limits
 from simulator.cluster.collectives import CollectivePlanner
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.routing import Router
@@ -65,6 +65,7 @@ def new_setup(spec: ClusterSpec, catalog: Catalog, seed: int) -> ClusterSetup:
 def cluster_setup(spec: ClusterSpec, catalog: Catalog, seed: int = 0) -> ClusterSetup:
     """The setup of ``spec`` built with ``catalog`` and routed with ``seed``: the cached one
     when this process built it recently, else a new one (then kept)."""
+    check_cluster_limits(spec)  # the limits in force now, for a kept cluster too
     key = (spec, catalog, seed)
     with _LOCK:
         found = _CACHE.get(key)

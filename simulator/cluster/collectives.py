@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import cached_property
 
+import numpy as np
+
 from simulator.cluster.collective_algorithms import ALGORITHMS
 from simulator.cluster.collective_plan import CollectivePlan, Flow, PhasePlan, nccl_model
 from simulator.cluster.fabrics.torus import snake_order
@@ -246,10 +248,12 @@ class CollectivePlanner:
         net_latency = 0.0
         crosses_net = False
         intra_class = "nvlink"
+        route_of = self.router.route
         for f in flows:
-            route = self.router.route(f.src, f.dst)
+            route = route_of(f.src, f.dst)
+            weight = f.weight
             for link_id, frac in route.links:
-                weights[link_id] += f.weight * frac
+                weights[link_id] += weight * frac
             if route.hop_class == "net":
                 crosses_net = True
                 net_latency = max(net_latency, route.latency_s)
@@ -271,8 +275,16 @@ class CollectivePlanner:
             net_staged_bytes_per_s=(self.cluster.transport.staged_copy_bytes_per_s or 0.0) if crosses_net else 0.0,
         )
 
+    @cached_property
+    def _link_kinds(self) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Every link's kind as a code, and the kinds the codes stand for."""
+        names = tuple(sorted({link.kind for link in self.cluster.links}))
+        code = {name: i for i, name in enumerate(names)}
+        return np.array([code[link.kind] for link in self.cluster.links], dtype=np.int64), names
+
     def _ll128_ok(self, phase: PhasePlan) -> bool:
-        kinds = {self.cluster.links[i].kind for i, _ in phase.link_weights}
+        codes, names = self._link_kinds
+        kinds = {names[k] for k in np.unique(codes[phase.arrays()[0]]).tolist()}
         allowed = {"nvlink", "infiniband"}
         if phase.nodes > 1:
             allowed |= {"pcie"}  # GPU-NIC PCIe hops on InfiniBand nodes (NCCL: paths up to PXB)

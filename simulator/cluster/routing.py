@@ -183,13 +183,13 @@ class Router:
                 weights[link_id] = weights.get(link_id, 0.0) + share
             src_nic, dst_nic = (sn, a), (dn, b)
             for f in range(flows):
-                for links, frac in scale_out.paths(c, src_nic, dst_nic, f + p * flows, seed):
+                alternatives = scale_out.paths(c, src_nic, dst_nic, f + p * flows, seed)
+                if p == 0 and f == 0:  # the first pair's first flow sets the latency
+                    latency = intra_lat + sum(c.links[i].latency_s for i in alternatives[0][0])
+                for links, frac in alternatives:
                     add = share * frac / flows
                     for link_id in links:
                         weights[link_id] = weights.get(link_id, 0.0) + add
-            if p == 0:
-                fabric = scale_out.paths(c, src_nic, dst_nic, 0, seed)[0][0]
-                latency = intra_lat + sum(c.links[i].latency_s for i in fabric)
         return Route(tuple(sorted(weights.items())), "net", latency)
 
     def _nic_pairs(self, sl: int, dl: int) -> list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]:
