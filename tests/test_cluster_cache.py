@@ -6,7 +6,7 @@ import pytest
 import simulator
 from simulator import limits
 from simulator.catalog import default_catalog
-from simulator.cluster import build_cluster, builders
+from simulator.cluster import Router, build_cluster, builders
 from simulator.cluster.cache import CACHE_SIZE, clear_cluster_cache, cluster_setup
 from simulator.cluster.mesh import GROUPS, Mesh
 from simulator.errors import ScenarioError
@@ -129,3 +129,23 @@ def test_mesh_groups_are_the_ranks_sharing_the_other_coordinates(sizes):
             want = tuple(r for r in range(mesh.world)
                          if all(mesh.coord(r, a) == mesh.coord(rank, a) for a in fixed))
             assert mesh.group(rank, name) == want, (name, rank)
+
+
+@pytest.mark.parametrize("spec", [
+    {"node": "dgx-a100", "nodes": 40},  # two NICs per GPU pair, InfiniBand D-mod-k over spines
+    {"node": "p5.48xlarge", "nodes": 6},  # EFA sprayed over every spine
+    {"node": "dgx-h100", "nodes": 40, "fabric": {"kind": "rail-optimized"}},
+    {"node": "dgx-a100", "nodes": 24, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 4, "transport": "ethernet-tcp"}},
+    {"node": "dgx-a100", "nodes": 12, "fabric": {"kind": "torus", "dims": [3, 4]}},
+])
+def test_routes_summed_in_parts_equal_the_general_sum(spec, monkeypatch):
+    """Routes between nodes summed as node parts plus fabric equal, to the bit, the general
+    sum over NIC pairs, flows and fabric paths (the router with the split switched off)."""
+    graph = build_cluster(ClusterSpec.model_validate(spec))
+    n = graph.world_size
+    pairs = [(a, (a * 7 + 13) % n) for a in range(0, n, 3)]
+    split = Router(graph, seed=5)
+    want = {p: split.route(*p) for p in pairs}
+    monkeypatch.setattr(Router, "_split_route", lambda self, *args: None)
+    general = Router(graph, seed=5)
+    assert {p: general.route(*p) for p in pairs} == want

@@ -191,10 +191,10 @@ def _renamed(first: tuple[list[Vertex], list[Link]], second: tuple[list[Vertex],
         if not (a.name.startswith("n0.") and b.name == "n1." + a.name[3:] and a.node == 0 and b.node == 1
                 and (a.kind, a.local, a.socket, a.switch) == (b.kind, b.local, b.socket, b.switch)):
             return False
-    for a, b in zip(l0, l1, strict=True):
-        if not (a.src.startswith("n0.") and a.dst.startswith("n0.") and b.src == "n1." + a.src[3:]
-                and b.dst == "n1." + a.dst[3:] and a.node == 0 and b.node == 1 and a[3:9] == b[3:9]
-                and a.slot == b.slot):
+    for x, y in zip(l0, l1, strict=True):
+        if not (x.src.startswith("n0.") and x.dst.startswith("n0.") and y.src == "n1." + x.src[3:]
+                and y.dst == "n1." + x.dst[3:] and x.node == 0 and y.node == 1 and x[3:9] == y[3:9]
+                and x.slot == y.slot):
             return False
     return True
 

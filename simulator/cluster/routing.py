@@ -27,6 +27,10 @@ __all__ = ["Route", "Router", "HopClass"]
 
 HopClass = str  # "nvlink" | "pcie" | "net"
 
+# one NIC pair of a route between nodes: source NIC, destination NIC, the slots from the GPU up
+# to the source NIC and from the destination NIC down to the GPU, their latency
+_Pair = tuple[int, int, tuple[int, ...], tuple[int, ...], float]
+
 # device-to-device link kinds: a path made only of these is in the "nvlink" hop class
 DEVICE_LINK_KINDS = frozenset({"nvlink", "neuronlink"})
 
@@ -48,7 +52,8 @@ class Router:
         self._gpu_nics = {i: self._nics_for_gpu(i) for i in range(cluster.gpus_per_node)}
         self._routes: dict[tuple[int, int], Route] = {}
         self._intra_cache: dict[tuple[str, str], tuple[tuple[int, ...], HopClass, float]] = {}
-        self._pair_cache: dict[tuple[int, int], list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]] = {}
+        self._pair_cache: dict[tuple[int, int], list[_Pair]] = {}
+        self._local_cache: dict[tuple[int, int], tuple[list[tuple[int, float]], list[tuple[int, float]]]] = {}
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -174,6 +179,9 @@ class Router:
         scale_out, seed = c.scale_out, self.seed
         if scale_out is None:
             raise ValueError("the cluster graph has no scale-out fabric built")
+        split = self._split_route(sl, dl, sn, dn, pairs, flows, src_base, dst_base)
+        if split is not None:
+            return split
         for p, (a, b, up_slots, down_slots, intra_lat) in enumerate(pairs):
             for slot in up_slots:
                 link_id = src_base[slot]
@@ -192,7 +200,52 @@ class Router:
                         weights[link_id] = weights.get(link_id, 0.0) + add
         return Route(tuple(sorted(weights.items())), "net", latency)
 
-    def _nic_pairs(self, sl: int, dl: int) -> list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]:
+    def _split_route(self, sl: int, dl: int, sn: int, dn: int, pairs: list[_Pair], flows: int,
+                     src_base: dict[int, int], dst_base: dict[int, int]) -> Route | None:
+        """The route between nodes summed in three parts that share no link: the source node's
+        links (summed once per (sl, dl), shifted to node sn), the destination node's (to dn)
+        and the fabric's. Each link's sum is the general one's, term by term in the same order,
+        so the route is the same to the bit; None when a fabric link is also a node link."""
+        src_part, dst_part = self._local_parts(sl, dl, pairs)
+        c = self.cluster
+        scale_out, seed = c.scale_out, self.seed
+        assert scale_out is not None
+        share = 1.0 / len(pairs)
+        fabric: dict[int, float] = {}
+        latency = 0.0
+        for p, (a, b, _, _, intra_lat) in enumerate(pairs):
+            for f in range(flows):
+                alternatives = scale_out.paths(c, (sn, a), (dn, b), f + p * flows, seed)
+                if p == 0 and f == 0:
+                    latency = intra_lat + sum(c.links[i].latency_s for i in alternatives[0][0])
+                for links, frac in alternatives:
+                    add = share * frac / flows
+                    for link_id in links:
+                        fabric[link_id] = fabric.get(link_id, 0.0) + add
+        items = [(src_base[s], w) for s, w in src_part] + [(dst_base[s], w) for s, w in dst_part]
+        if not fabric.keys().isdisjoint(i for i, _ in items):
+            return None
+        items += fabric.items()
+        return Route(tuple(sorted(items)), "net", latency)
+
+    def _local_parts(self, sl: int, dl: int, pairs: list[_Pair]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+        """(slot, bytes per byte) on the source and the destination node of a route from local
+        GPU sl to local GPU dl of another node, summed as the general route sums them (cached)."""
+        key = (sl, dl)
+        found = self._local_cache.get(key)
+        if found is None:
+            share = 1.0 / len(pairs)
+            src: dict[int, float] = {}
+            dst: dict[int, float] = {}
+            for _, _, up_slots, down_slots, _ in pairs:
+                for slot in up_slots:
+                    src[slot] = src.get(slot, 0.0) + share
+                for slot in down_slots:
+                    dst[slot] = dst.get(slot, 0.0) + share
+            found = self._local_cache[key] = (list(src.items()), list(dst.items()))
+        return found
+
+    def _nic_pairs(self, sl: int, dl: int) -> list[_Pair]:
         """How a flow from local GPU sl to local GPU dl of another node splits over NIC pairs."""
         key = (sl, dl)
         found = self._pair_cache.get(key)
