@@ -6,7 +6,7 @@ import pytest
 import simulator
 from simulator import limits
 from simulator.catalog import default_catalog
-from simulator.cluster import Router, build_cluster, builders
+from simulator.cluster import Router, build_cluster, builders, cache
 from simulator.cluster.cache import CACHE_SIZE, clear_cluster_cache, cluster_setup
 from simulator.cluster.mesh import GROUPS, Mesh
 from simulator.errors import ScenarioError
@@ -72,6 +72,24 @@ def test_kept_cluster_is_reused_and_the_cache_is_bounded():
     for nodes in range(3, 3 + CACHE_SIZE):
         cluster_setup(ClusterSpec.model_validate({"node": "dgx-a100", "nodes": nodes}), catalog, 0)
     assert cluster_setup(spec, catalog, 0) is not first
+    clear_cluster_cache()
+
+
+def test_the_cache_holds_at_most_cache_gpus(monkeypatch):
+    """With room for 48 GPUs: a 16-GPU cluster is kept beside a 32-GPU one (48), dropped when a
+    second 16-GPU one comes (64 > 48); a cluster larger than the bound is still kept alone."""
+    clear_cluster_cache()
+    monkeypatch.setattr(cache, "CACHE_GPUS", 48)
+    catalog = default_catalog()
+    small, big, other = (ClusterSpec.model_validate({"node": "dgx-a100", "nodes": n}) for n in (2, 4, 3))
+    first = cluster_setup(small, catalog)
+    cluster_setup(big, catalog)
+    assert cluster_setup(small, catalog) is first  # 16 + 32 = 48 GPUs kept (small now the newest)
+    cluster_setup(other, catalog)  # 32 + 16 + 24: the least recent (big) goes, 40 left
+    assert [k[0] for k in cache._CACHE] == [small, other]
+    huge = ClusterSpec.model_validate({"node": "dgx-a100", "nodes": 8})  # 64 GPUs
+    assert cluster_setup(huge, catalog) is cluster_setup(huge, catalog)
+    assert [k[0] for k in cache._CACHE] == [huge]
     clear_cluster_cache()
 
 
