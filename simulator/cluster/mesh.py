@@ -35,6 +35,7 @@ stays inside a node.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -223,14 +224,18 @@ SHARED_MESHES = 8
 _GROUPS_BY_MESH: dict[object, dict[tuple[int, str], tuple[int, ...]]] = {}
 
 
+_SHARED_LOCK = threading.Lock()
+
+
 def _shared_groups(key: object) -> dict[tuple[int, str], tuple[int, ...]]:
-    found = _GROUPS_BY_MESH.pop(key, None)  # re-inserted last: the dict's order is the recency
-    if found is None:
-        found = {}
-        while len(_GROUPS_BY_MESH) >= SHARED_MESHES:
-            _GROUPS_BY_MESH.pop(next(iter(_GROUPS_BY_MESH)))
-    _GROUPS_BY_MESH[key] = found
-    return found
+    with _SHARED_LOCK:  # threads of one process (a thread-pool executor) may build meshes at once
+        found = _GROUPS_BY_MESH.pop(key, None)  # re-inserted last: the dict's order is the recency
+        if found is None:
+            found = {}
+            while len(_GROUPS_BY_MESH) >= SHARED_MESHES:
+                _GROUPS_BY_MESH.pop(next(iter(_GROUPS_BY_MESH)))
+        _GROUPS_BY_MESH[key] = found
+        return found
 
 
 def _embedding_group(mesh: Mesh, rank: int) -> tuple[int, ...]:
