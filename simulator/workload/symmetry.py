@@ -46,6 +46,7 @@ class Symmetry:
     gpus_per_node: int
     requested: bool
     rank_key: Callable[[int], Hashable] | None = None
+    off_reason: str | None = None  # a perturbation that no rank key expresses (a degraded link): reduction off
     enabled: bool = field(init=False)
     reason: str = field(init=False)
     block: int = field(init=False)
@@ -56,7 +57,10 @@ class Symmetry:
         self.block = block_ranks(self.mesh, self.gpus_per_node)
         self.enabled = self.requested
         self.reason = "one rank per pipeline stage stands for its stage" if self.requested else "symmetry: off"
-        if self.requested and self.rank_key is not None:
+        if self.requested and self.off_reason is not None:
+            self.enabled = False
+            self.reason = self.off_reason
+        elif self.requested and self.rank_key is not None:
             different = self._first_difference(self.rank_key)
             if different is not None:
                 self.enabled = False
