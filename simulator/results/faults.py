@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["FaultsSummary", "PerturbedLinkOut", "StepSamples", "step_samples", "rank_ranges"]
+from simulator.units import format_time
+
+__all__ = ["FaultsSummary", "PerturbedLinkOut", "StepSamples", "step_samples", "rank_ranges", "faults_lines"]
 
 
 class _Out(BaseModel):
@@ -76,3 +78,36 @@ def step_samples(seeds: list[int], step_times_s: list[float], compute_by_rank: l
         slowest_compute_s=[c[r] for c, r in zip(compute_by_rank, slowest, strict=True)],
         median_compute_s=[float(np.median(list(c.values()))) for c in compute_by_rank],
         slowest_counts=dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
+
+
+def faults_lines(summary: FaultsSummary | None) -> list[tuple[str, str]]:
+    """(label, text) lines for ``dtsim run``'s summary: what was perturbed, which ranks were
+    simulated individually and the step-time distribution of ``sim.samples``."""
+    if summary is None:
+        return []
+    out = [("faults", f"ranks simulated individually: {summary.simulated_individually} ({summary.symmetry})")]
+    if summary.stragglers:
+        by_factor: dict[float, list[int]] = {}
+        for rank, factor in summary.stragglers.items():
+            by_factor.setdefault(factor, []).append(rank)
+        out.append(("  stragglers", "; ".join(f"rank{'s' if len(r) > 1 else ''} {rank_ranges(r)} compute x{f:g}"
+                                              for f, r in by_factor.items())))
+    if summary.jitter_cv is not None:
+        out.append(("  jitter", f"compute time cv {summary.jitter_cv:g} per task (lognormal, mean 1)"))
+    for link in summary.links[:4]:
+        state = "failed, routed around" if link.bandwidth_factor == 0 else f"bandwidth x{link.bandwidth_factor:g}"
+        if link.latency_add_s:
+            state += f", latency +{format_time(link.latency_add_s)}"
+        out.append(("  link", f"{link.label} ({link.tier}): {state}"))
+    if len(summary.links) > 4:
+        out.append(("  link", f"... {len(summary.links) - 4} more perturbed links (Result.faults.links)"))
+    s = summary.samples
+    if s is not None:
+        out.append(("samples", f"{s.samples} iterations (jitter seeds {s.seeds[0]}..{s.seeds[-1]}): mean "
+                    f"{format_time(s.mean_s)}, p50 {format_time(s.p50_s)}, p99 {format_time(s.p99_s)}, "
+                    f"min {format_time(min(s.step_times_s))}, max {format_time(max(s.step_times_s))}"))
+        rank, count = next(iter(s.slowest_counts.items()))
+        i = s.slowest_rank.index(rank)
+        out.append(("slowest rank", f"rank {rank} in {count} of {s.samples} samples (sample {i}: compute "
+                    f"{format_time(s.slowest_compute_s[i])} vs median rank {format_time(s.median_compute_s[i])})"))
+    return out
