@@ -177,7 +177,7 @@ def test_errors_name_the_field() -> None:
 
 
 def test_dtsim_run_prints_the_faults_and_samples_lines(cli: Any, tmp_path: Path) -> None:
-    """The shipped straggler scenario (4 p4d, rank 3 at 1.5x, NIC 0 of node 1 at half rate, 20
+    """The shipped straggler scenario (4 p4d, rank 3 at 1.5x, NIC 0 of node 1 at half rate, 10
     jittered samples), shortened to 3 samples: the summary names the perturbations, the ranks
     simulated individually, the distribution and rank 3 as the slowest; a selector matching
     nothing exits 2 with the file and field."""
