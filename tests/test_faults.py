@@ -193,3 +193,21 @@ def test_dtsim_run_prints_the_faults_and_samples_lines(cli: Any, tmp_path: Path)
     bad = cli("run", nowhere)
     assert bad.exit_code == 2 and "nowhere.yaml" in bad.output and "faults.links[0].select" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_the_trace_marks_the_straggler_and_the_degraded_link(tmp_path: Path) -> None:
+    """4 p4d with rank 3 at 1.5x and NIC 0 of node 1 at half rate: rank 3 carries an instant
+    'straggler: compute x1.5' and a labelled process; both directions of the NIC's cable carry
+    a global link marker; otherData.faults says all 32 ranks were simulated individually."""
+    from simulator.results.export.chrome import trace_document
+
+    sc = _quick(4, stragglers=[{"ranks": [3], "slowdown": 1.5}],
+                links=[{"select": "node=1 nic=0", "bandwidth_factor": 0.5, "latency_add": 5e-6}])
+    doc = trace_document(simulator.run_simulation(sc), ranks=[0, 3])
+    faults = [e for e in doc["traceEvents"] if e.get("cat") == "fault"]
+    assert [(e["pid"], e["name"]) for e in faults if e["s"] == "p"] == [(3, "straggler: compute x1.5")]
+    assert sorted(e["name"] for e in faults if e["s"] == "g") == [
+        "link leaf0->n1.nic0: bandwidth x0.5, latency +5 us", "link n1.nic0->leaf0: bandwidth x0.5, latency +5 us"]
+    labels = {e["pid"]: e["args"]["labels"] for e in doc["traceEvents"] if e["name"] == "process_labels"}
+    assert labels[3].endswith("straggler x1.5") and "straggler" not in labels[0]
+    assert doc["otherData"]["faults"]["simulated_individually"] == "0-31"
