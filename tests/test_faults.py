@@ -211,3 +211,16 @@ def test_the_trace_marks_the_straggler_and_the_degraded_link(tmp_path: Path) -> 
     labels = {e["pid"]: e["args"]["labels"] for e in doc["traceEvents"] if e["name"] == "process_labels"}
     assert labels[3].endswith("straggler x1.5") and "straggler" not in labels[0]
     assert doc["otherData"]["faults"]["simulated_individually"] == "0-31"
+
+
+def test_a_selector_outside_the_cluster_names_file_line_and_field(cli: Any, tmp_path: Path) -> None:
+    """The second link fault names node 7 of a 2-node cluster: exit 2, one line with the file,
+    the line of that list item (8) and the field faults.links[1].select."""
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: gpt3-125m\ncluster: {node: p4d.24xlarge, nodes: 2}\n"
+                    "training: {micro_batch: 4, global_batch: 128}\nfaults:\n  links:\n"
+                    "    - select: node=1 nic=0\n      bandwidth_factor: 0.5\n"
+                    "    - select: node=7 nic=0\n      bandwidth_factor: 0.5\n")
+    out = cli("run", path)
+    assert out.exit_code == 2
+    assert out.output.strip() == f"error: {path}:8: faults.links[1].select: node=7 is outside the cluster (0..1)"

@@ -142,7 +142,8 @@ class Engine:
             self.start[t] = now
         lead = self.program.tasks[task_ids[0]]
         if lead.comm is None:
-            duration = max(self.durations[t] for t in task_ids)
+            durations = self.durations
+            duration = durations[task_ids[0]] if len(task_ids) == 1 else max(durations[t] for t in task_ids)
             if lead.category == "compute" and duration > 0 and self.slowdown > 0:
                 self._start_compute(task_ids, duration)
                 return

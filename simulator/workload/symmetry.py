@@ -12,8 +12,9 @@ This module is the one place that decides it: the workload asks it for the simul
 siblings and the groups a collective stands for; ``run.py`` asks it for the block size. It
 never averages ranks that differ: given a ``rank_key`` (what makes a rank's work its own, e.g.
 a straggler's slowdown), ranks of one stage with different keys switch the reduction off and
-every rank is simulated (``reason`` says why). Link classes whose members differ are split by
-the engine (:mod:`simulator.engine.link_classes`).
+every rank is simulated (``reason`` says why); ``off_reason`` switches it off for a perturbation
+no rank key expresses (jitter draws, degraded links: :mod:`simulator.perturbation`). Link
+classes whose members differ are split by the engine (:mod:`simulator.engine.link_classes`).
 """
 
 from __future__ import annotations
