@@ -59,6 +59,7 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("tokens_per_step", 2**33, "tokens", "global batch x sequence length"),
     Limit("tasks", 2_000_000, "tasks", "tasks of one simulated program (layers x micro-batches x simulated ranks)"),
     Limit("engine_events", 20_000_000, "events", "events the discrete-event engine processes in one run"),
+    Limit("sim_samples", 1_000, "iterations", "seeded iterations of one run (sim.samples), each a whole simulation"),
     Limit("sweep_points", 100_000, "points", "points of one sweep (the product of its axes), counted before any is built"),
     Limit("trace_ranks", 131_072, "ranks", "ranks one --trace-ranks selection names, counted before any range is expanded"),
     Limit("expression_bits", 1_024, "bits", "size of any number a derived sweep expression computes"),

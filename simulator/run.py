@@ -17,6 +17,7 @@ from simulator.catalog import Catalog, default_catalog
 from simulator.cluster import Router, build_cluster
 from simulator.cluster.cache import ClusterSetup, cluster_setup
 from simulator.cluster.collectives import CollectivePlanner, nccl_model
+from simulator.cluster.faults import apply_link_faults
 from simulator.costs.collectives import choose_algorithm
 from simulator.costs.flops import model_flops_per_token, op_policy_recomputed_params, recompute_flops_per_token
 from simulator.costs.nccl_env import NcclTuning
@@ -24,6 +25,7 @@ from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.engine.comm import LoweringMemo
 from simulator.errors import ScenarioError
 from simulator.ir import op_name
+from simulator.perturbation import faults_summary, run_iterations, symmetry_inputs
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
 from simulator.results.moe import MoeSummary, moe_summary
 from simulator.results.rows import CommRecord
@@ -75,8 +77,15 @@ def _collector_paused() -> Iterator[None]:
 
 def _run(scenario: Scenario, record_series: bool) -> Simulation:
     catalog = default_catalog()  # read once: every lookup of this run sees the same data
-    setup = cluster_setup(scenario.cluster, catalog, scenario.sim.seed)  # kept for the next point on this cluster
-    cluster, planner = setup.graph, setup.planner
+    if scenario.faults.links:  # a perturbed cluster is this run's alone: built fresh, never cached
+        setup = None
+        cluster = build_cluster(scenario.cluster, catalog)
+        perturbed = apply_link_faults(cluster, scenario.faults.links)
+        planner = CollectivePlanner(cluster, Router(cluster, seed=scenario.sim.seed))
+    else:
+        setup = cluster_setup(scenario.cluster, catalog, scenario.sim.seed)  # kept for the next point on this cluster
+        cluster, planner = setup.graph, setup.planner
+        perturbed = []
     profile = compute_profile(cluster.gpu, scenario.cluster.calibration, catalog)
     symmetric = scenario.sim.symmetry == "auto"
     model = nccl_model(cluster.nccl)
@@ -90,20 +99,29 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
         choice = choose_algorithm(model, shapes, nbytes)
         return CommCost(choice.time_s, choice.shape.algorithm, choice.protocol)
 
+    rank_key, symmetry_off = symmetry_inputs(scenario, cluster.gpus_per_node)
     workload = build_workload(scenario, profile, gpus_per_node=cluster.gpus_per_node, symmetric=symmetric,
-                              comm_time=comm_time, node_kind=cluster.node_type.intra_node.kind, nccl=cluster.nccl)
+                              comm_time=comm_time, node_kind=cluster.node_type.intra_node.kind, nccl=cluster.nccl,
+                              rank_key=rank_key, symmetry_off=symmetry_off)
     program = workload.build()
     block = workload.symmetry.block_ranks
-    classes, memo = _link_classes(setup, None if block is None else block // cluster.gpus_per_node)
+    block_nodes = None if block is None else block // cluster.gpus_per_node
+    if setup is None:
+        classes, memo = LinkClasses(cluster, block_nodes), None
+    else:
+        classes, memo = _link_classes(setup, block_nodes)
     resolver = CommResolver(cluster, planner, classes, model, block_ranks=block, memo=memo)
-    run = run_program(program, resolver, mode=scenario.sim.network, record_series=record_series,
-                      overlap_slowdown=workload.overlap_slowdown)
+    run, samples = run_iterations(scenario, program, resolver, cluster.gpus_per_node, mode=scenario.sim.network,
+                                  record_series=record_series, overlap_slowdown=workload.overlap_slowdown)
     measured = profile.calibrated or scenario.cluster.calibration is not None  # a user's profile is never "built-in"
     facts = _facts(scenario, workload, program, run, profile.name, measured, cluster.gpu)
     rows = _rows(program, run)
     result = compute_result(rows, facts, _link_stats(classes, run))
     if scenario.model.moe:
         result = result.model_copy(update={"moe": _moe(scenario, workload, rows, result)})
+    summary = faults_summary(scenario, program, workload.symmetry.reason, cluster, perturbed, samples)
+    if summary is not None:
+        result = result.model_copy(update={"faults": summary})
     return Simulation(result, rows, facts, _link_series(classes, run) if record_series else None)
 
 

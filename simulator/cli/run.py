@@ -52,6 +52,8 @@ def run(
             return simulator.run_simulation(sc, record_series=needs_series)
         except limits.LimitError as exc:  # tasks or engine events: the scenario file is what is too large
             raise exc.located(file=str(scenario)) from None
+        except ScenarioError as exc:  # a link selector matching nothing, failed links leaving no path
+            raise exc.located(file=str(scenario)) from None
 
     sim = guard(simulate)
     result = sim.result
@@ -128,6 +130,7 @@ def _framework_rows(table: Table, sc: Any) -> None:
 
 
 def _print_summary(result: Any, sc: Any) -> None:
+    from simulator.results.faults import faults_lines
     from simulator.scenario.notes import bandwidth_lines, setting_notes, why_lines
 
     par = sc.parallelism
@@ -198,6 +201,8 @@ def _print_summary(result: Any, sc: Any) -> None:
     table.add_row("engine", f"{result.engine['tasks']} tasks on {result.engine['simulated_ranks']} simulated ranks, "
                   f"{result.engine['network_entities']} transfers ({result.engine['network']} network, "
                   f"symmetry {result.engine['symmetry']})")
+    for label, line in faults_lines(result.faults):
+        table.add_row(label, safe(line))
     console.print(table)
 
 

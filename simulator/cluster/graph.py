@@ -83,6 +83,10 @@ class ClusterGraph:
     # extra latency per intra-node collective step, on top of NCCL's hop constants; set from a
     # measured profile's comm fits (simulator.cluster.comm_profile), 0 without one
     intra_hop_latency_s: float = 0.0
+    # links a fault failed (bandwidth 0: routes avoid them) and nodes with a perturbed link
+    # (their internal routes are computed on their own links); simulator/cluster/faults.py
+    dead_links: set[int] = field(default_factory=set)
+    perturbed_nodes: set[int] = field(default_factory=set)
 
     # -- construction --------------------------------------------------------------------
 

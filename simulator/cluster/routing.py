@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from simulator.cluster.fabrics.torus import dimension_order_hops
 from simulator.cluster.graph import ClusterGraph
+from simulator.errors import ScenarioError
 
-__all__ = ["Route", "Router", "HopClass"]
+__all__ = ["Route", "Router", "HopClass", "NoPathError"]
 
 HopClass = str  # "nvlink" | "pcie" | "net"
 
@@ -33,6 +34,10 @@ _Pair = tuple[int, int, tuple[int, ...], tuple[int, ...], float]
 
 # device-to-device link kinds: a path made only of these is in the "nvlink" hop class
 DEVICE_LINK_KINDS = frozenset({"nvlink", "neuronlink"})
+
+
+class NoPathError(ScenarioError):
+    """Failed links (``faults.links``) leave two GPUs, or a GPU and its host, without any path."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +56,13 @@ class Router:
         self._node_base = self._node_link_bases()
         self._gpu_nics = {i: self._nics_for_gpu(i) for i in range(cluster.gpus_per_node)}
         self._routes: dict[tuple[int, int], Route] = {}
-        self._intra_cache: dict[tuple[str, str], tuple[tuple[int, ...], HopClass, float]] = {}
-        self._pair_cache: dict[tuple[int, int], list[_Pair]] = {}
+        self._intra_cache: dict[tuple[int, str, str], tuple[tuple[int, ...], HopClass, float]] = {}
+        self._pair_cache: dict[tuple[int, int, int, int, bool],
+                               list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]] = {}
+        # nodes route alike, so a healthy reference node's paths serve them all; a node with a
+        # perturbed link (simulator/cluster/faults.py) has its own
+        healthy = [n for n in range(cluster.n_nodes) if n not in cluster.perturbed_nodes]
+        self._reference = healthy[0] if healthy else 0
         self._local_cache: dict[tuple[int, int], tuple[list[tuple[int, float]], list[tuple[int, float]]]] = {}
 
     # -- helpers -------------------------------------------------------------------------
@@ -75,7 +85,7 @@ class Router:
         same_socket = [j for j, v in enumerate(nics) if v.socket == gpu.socket]
         return tuple(same_socket or range(len(nics)))
 
-    def _torus_slots(self, src_local: str, dst_local: str) -> list[int] | None:
+    def _torus_slots(self, src_local: str, dst_local: str, node: int) -> list[int] | None:
         """Dimension-order path between two devices of a torus node as link slots (None when
         the node is no torus, an end is no device, or a hop's link is absent)."""
         c = self.cluster
@@ -85,21 +95,22 @@ class Router:
         here = int(src_local[3:])
         slots = []
         for nxt in dimension_order_hops(here, int(dst_local[3:]), intra.dims):
-            link = c.link_between(f"n0.gpu{here}", f"n0.gpu{nxt}")
-            if link is None:
+            link = c.link_between(f"n{node}.gpu{here}", f"n{node}.gpu{nxt}")
+            if link is None or link.id in c.dead_links:
                 return None
             slots.append(link.slot)
             here = nxt
         return slots
 
-    def _intra_offsets(self, src_local: str, dst_local: str) -> tuple[tuple[int, ...], HopClass, float]:
-        """Least-1/bandwidth path from n0.src to n0.dst as link slots; GPUs/NICs only at the ends
-        (torus nodes: dimension order between devices)."""
+    def _intra_offsets(self, src_local: str, dst_local: str, node: int) -> tuple[tuple[int, ...], HopClass, float]:
+        """Least-1/bandwidth path from src to dst inside ``node`` as link slots; GPUs/NICs only at
+        the ends (torus nodes: dimension order between devices); failed links left out."""
         c = self.cluster
-        torus = self._torus_slots(src_local, dst_local)
+        torus = self._torus_slots(src_local, dst_local, node)
         if torus is not None:
-            return self._slots_info(torus)
-        src, dst = f"n0.{src_local}", f"n0.{dst_local}"
+            return self._slots_info(torus, node)
+        src, dst = f"n{node}.{src_local}", f"n{node}.{dst_local}"
+        dead = c.dead_links
         best: dict[str, float] = {src: 0.0}
         prev: dict[str, int] = {}
         heap = [(0.0, src)]
@@ -113,7 +124,7 @@ class Router:
                 continue
             for link in c.out_links(v):
                 w = c.vertices[link.dst]
-                if w.node != 0:
+                if w.node != node or link.id in dead:
                     continue
                 new = cost + 1.0 / link.capacity_bytes_per_s
                 if new < best.get(link.dst, float("inf")):
@@ -121,6 +132,8 @@ class Router:
                     prev[link.dst] = link.id
                     heapq.heappush(heap, (new, link.dst))
         if dst not in prev:
+            if dead:
+                raise NoPathError(f"failed links leave no path from {src} to {dst}", field="faults.links")
             raise ValueError(f"no path from {src} to {dst} inside a node")
         path: list[int] = []
         v = dst
@@ -129,21 +142,26 @@ class Router:
             path.append(link.slot)
             v = link.src
         path.reverse()
-        return self._slots_info(path)
+        return self._slots_info(path, node)
 
-    def _slots_info(self, path: list[int]) -> tuple[tuple[int, ...], HopClass, float]:
-        """(slots, hop class, latency) of a node-internal path given as link slots of node 0."""
+    def _slots_info(self, path: list[int], node: int) -> tuple[tuple[int, ...], HopClass, float]:
+        """(slots, hop class, latency) of a path given as link slots of ``node``."""
         c = self.cluster
-        kinds = {c.links[self._node_base[0][s]].kind for s in path}
+        base = self._node_base[node]
+        kinds = {c.links[base[s]].kind for s in path}
         hop = "nvlink" if kinds <= DEVICE_LINK_KINDS else "pcie"
-        latency = sum(c.links[self._node_base[0][s]].latency_s for s in path)
+        latency = sum(c.links[base[s]].latency_s for s in path)
         return tuple(path), hop, latency
 
-    def _intra(self, src_local: str, dst_local: str) -> tuple[tuple[int, ...], HopClass, float]:
-        key = (src_local, dst_local)
+    def _own(self, node: int) -> int:
+        """The node whose links ``node``'s internal paths are computed on."""
+        return node if node in self.cluster.perturbed_nodes else self._reference
+
+    def _intra(self, src_local: str, dst_local: str, node: int) -> tuple[tuple[int, ...], HopClass, float]:
+        key = (self._own(node), src_local, dst_local)
         found = self._intra_cache.get(key)
         if found is None:
-            found = self._intra_cache[key] = self._intra_offsets(src_local, dst_local)
+            found = self._intra_cache[key] = self._intra_offsets(src_local, dst_local, key[0])
         return found
 
     def _shift(self, slots: tuple[int, ...], node: int) -> list[int]:
@@ -168,20 +186,20 @@ class Router:
         if src_gpu == dst_gpu:
             return Route((), "nvlink", 0.0)
         if sn == dn:
-            slots, hop, latency = self._intra(f"gpu{sl}", f"gpu{dl}")
+            slots, hop, latency = self._intra(f"gpu{sl}", f"gpu{dl}", sn)
             return Route(tuple((link_id, 1.0) for link_id in self._shift(slots, sn)), hop, latency)
         weights: dict[int, float] = {}
         flows = c.transport.flows_per_connection if c.transport.multipath == "ecmp" else 1
-        pairs = self._nic_pairs(sl, dl)
+        pairs = self._live_pairs(sn, sl, dn, dl, flows)
         share = 1.0 / len(pairs)
         src_base, dst_base = self._node_base[sn], self._node_base[dn]
         latency = 0.0
-        scale_out, seed = c.scale_out, self.seed
-        if scale_out is None:
+        if c.scale_out is None:
             raise ValueError("the cluster graph has no scale-out fabric built")
-        split = self._split_route(sl, dl, sn, dn, pairs, flows, src_base, dst_base)
-        if split is not None:
-            return split
+        if not c.dead_links and not c.perturbed_nodes:  # healthy nodes share their local parts
+            split = self._split_route(sl, dl, sn, dn, pairs, flows, src_base, dst_base)
+            if split is not None:
+                return split
         for p, (a, b, up_slots, down_slots, intra_lat) in enumerate(pairs):
             for slot in up_slots:
                 link_id = src_base[slot]
@@ -191,13 +209,13 @@ class Router:
                 weights[link_id] = weights.get(link_id, 0.0) + share
             src_nic, dst_nic = (sn, a), (dn, b)
             for f in range(flows):
-                alternatives = scale_out.paths(c, src_nic, dst_nic, f + p * flows, seed)
-                if p == 0 and f == 0:  # the first pair's first flow sets the latency
-                    latency = intra_lat + sum(c.links[i].latency_s for i in alternatives[0][0])
-                for links, frac in alternatives:
+                for links, frac in self._fabric_paths(src_nic, dst_nic, f + p * flows):
                     add = share * frac / flows
                     for link_id in links:
                         weights[link_id] = weights.get(link_id, 0.0) + add
+            if p == 0:
+                fabric = self._fabric_paths(src_nic, dst_nic, 0)[0][0]
+                latency = intra_lat + sum(c.links[i].latency_s for i in fabric)
         return Route(tuple(sorted(weights.items())), "net", latency)
 
     def _split_route(self, sl: int, dl: int, sn: int, dn: int, pairs: list[_Pair], flows: int,
@@ -245,17 +263,49 @@ class Router:
             found = self._local_cache[key] = (list(src.items()), list(dst.items()))
         return found
 
-    def _nic_pairs(self, sl: int, dl: int) -> list[_Pair]:
-        """How a flow from local GPU sl to local GPU dl of another node splits over NIC pairs."""
-        key = (sl, dl)
+    def _fabric_paths(self, src_nic: tuple[int, int], dst_nic: tuple[int, int], flow: int) -> list[tuple[list[int], float]]:
+        """The scale-out fabric's paths between two NICs, less any crossing a failed link."""
+        c = self.cluster
+        assert c.scale_out is not None
+        paths = c.scale_out.paths(c, src_nic, dst_nic, flow, self.seed)
+        if not c.dead_links:
+            return paths
+        live = [(links, frac) for links, frac in paths if not c.dead_links.intersection(links)]
+        total = sum(frac for _, frac in live)
+        return [(links, frac / total) for links, frac in live]
+
+    def _live_pairs(self, sn: int, sl: int, dn: int, dl: int, flows: int) -> list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]:
+        """The NIC pairs a flow between two nodes uses; with failed links, those whose every
+        hashed flow still has a path (NCCL leaves a NIC whose port is down)."""
+        pairs = self._nic_pairs(sn, sl, dn, dl)
+        if not self.cluster.dead_links:
+            return pairs
+        live: list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]] = []
+        for any_nic in (False, True):  # the GPU's own NICs, else any NIC of its node (across PCIe)
+            candidates = self._nic_pairs(sn, sl, dn, dl, any_nic)
+            live = [pair for p, pair in enumerate(candidates)
+                    if all(self._fabric_paths((sn, pair[0]), (dn, pair[1]), f + p * flows) for f in range(flows))]
+            if live:
+                break
+        if not live:
+            raise NoPathError(f"failed links leave no path from GPU {sn * self.cluster.gpus_per_node + sl} to GPU "
+                              f"{dn * self.cluster.gpus_per_node + dl} (node {sn} to node {dn})", field="faults.links")
+        return live
+
+    def _nic_pairs(self, sn: int, sl: int, dn: int, dl: int,
+                   any_nic: bool = False) -> list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]:
+        """How a flow from local GPU sl of node sn to local GPU dl of node dn splits over NIC
+        pairs (``any_nic``: over every NIC of the two nodes, not only the GPUs' own)."""
+        key = (self._own(sn), sl, self._own(dn), dl, any_nic)
         found = self._pair_cache.get(key)
         if found is None:
-            src_nics, dst_nics = self._gpu_nics[sl], self._gpu_nics[dl]
+            every = tuple(range(self.cluster.node_type.nics.count))
+            src_nics, dst_nics = (every, every) if any_nic else (self._gpu_nics[sl], self._gpu_nics[dl])
             found = []
             for p in range(max(len(src_nics), len(dst_nics))):
                 a, b = src_nics[p % len(src_nics)], dst_nics[p % len(dst_nics)]
-                up, _, up_lat = self._intra(f"gpu{sl}", f"nic{a}")
-                down, _, down_lat = self._intra(f"nic{b}", f"gpu{dl}")
+                up, _, up_lat = self._intra(f"gpu{sl}", f"nic{a}", sn)
+                down, _, down_lat = self._intra(f"nic{b}", f"gpu{dl}", dn)
                 found.append((a, b, up, down, up_lat + down_lat))
             self._pair_cache[key] = found
         return found
@@ -265,12 +315,12 @@ class Router:
         c = self.cluster
         node, local = divmod(gpu, c.gpus_per_node)
         socket = c.vertices[f"n0.gpu{local}"].socket or 0
-        slots, _, latency = self._intra(f"gpu{local}", f"cpu{socket}")
+        slots, _, latency = self._intra(f"gpu{local}", f"cpu{socket}", node)
         return Route(tuple((i, 1.0) for i in self._shift(slots, node)), "pcie", latency)
 
     def route_from_host(self, gpu: int) -> Route:
         c = self.cluster
         node, local = divmod(gpu, c.gpus_per_node)
         socket = c.vertices[f"n0.gpu{local}"].socket or 0
-        slots, _, latency = self._intra(f"cpu{socket}", f"gpu{local}")
+        slots, _, latency = self._intra(f"cpu{socket}", f"gpu{local}", node)
         return Route(tuple((i, 1.0) for i in self._shift(slots, node)), "pcie", latency)

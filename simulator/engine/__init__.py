@@ -14,12 +14,13 @@ __all__ = ["run_program", "Engine", "EngineRun", "NetworkModel", "PhaseLoad", "C
 
 
 def run_program(program: Program, resolver: CommResolver, *, mode: str = "flow", record_series: bool = False,
-                overlap_slowdown: float = 0.0) -> EngineRun:
+                overlap_slowdown: float = 0.0, durations: list[float] | None = None) -> EngineRun:
     """Execute ``program`` on a fresh simpy environment and return the recorded times.
 
     ``mode``: the network model's name in :data:`NETWORK_MODELS` (``sim.network``).
     ``overlap_slowdown``: compute runs ``1 + overlap_slowdown`` times longer while a collective
-    of the same GPU is in flight."""
+    of the same GPU is in flight. ``durations``: per-task durations replacing the tasks' own
+    (stragglers and jitter, :mod:`simulator.workload.perturb`)."""
     env = simpy.Environment()
     network = network_model(mode)(env, resolver.classes.capacity, record_series=record_series)
-    return Engine(program, resolver, network, slowdown=overlap_slowdown).run()
+    return Engine(program, resolver, network, slowdown=overlap_slowdown, durations=durations).run()

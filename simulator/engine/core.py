@@ -50,9 +50,13 @@ class _Running:
 
 class Engine:
     """Runs a program; ``slowdown`` is how much longer compute takes while a collective of the
-    same GPU is in flight (NCCL kernels take SMs and memory bandwidth)."""
+    same GPU is in flight (NCCL kernels take SMs and memory bandwidth). ``durations`` (per
+    task) replaces the tasks' own durations: each rank's compute speed and jitter
+    (:mod:`simulator.workload.perturb`); compute tasks that start together (one ``join``)
+    end together, at the pace of the slowest."""
 
-    def __init__(self, program: Program, resolver: CommResolver, network: NetworkModel, *, slowdown: float = 0.0) -> None:
+    def __init__(self, program: Program, resolver: CommResolver, network: NetworkModel, *, slowdown: float = 0.0,
+                 durations: list[float] | None = None) -> None:
         self.program = program
         self.resolver = resolver
         self.network = network
@@ -74,6 +78,7 @@ class Engine:
         self.slowdown = slowdown
         self.in_flight: dict[int, int] = {}
         self.running: dict[int, list[_Running]] = {}  # rank -> compute tasks in progress
+        self.durations = durations if durations is not None else [t.duration_s for t in program.tasks]
 
     # -- running -------------------------------------------------------------------------
 
@@ -137,10 +142,12 @@ class Engine:
             self.start[t] = now
         lead = self.program.tasks[task_ids[0]]
         if lead.comm is None:
-            if lead.category == "compute" and lead.duration_s > 0 and self.slowdown > 0:
-                self._start_compute(task_ids)
+            durations = self.durations
+            duration = durations[task_ids[0]] if len(task_ids) == 1 else max(durations[t] for t in task_ids)
+            if lead.category == "compute" and duration > 0 and self.slowdown > 0:
+                self._start_compute(task_ids, duration)
                 return
-            timeout = self.env.timeout(lead.duration_s)
+            timeout = self.env.timeout(duration)
             timeout.callbacks.append(lambda _e: self._finish(task_ids))
             return
         resolved = self.resolver.resolve(lead.comm)
@@ -156,9 +163,9 @@ class Engine:
     def _rate(self, rank: int) -> float:
         return compute_rate(self.slowdown, self.in_flight.get(rank, 0) > 0)
 
-    def _start_compute(self, task_ids: list[int]) -> None:
+    def _start_compute(self, task_ids: list[int], duration: float) -> None:
         rank = self.program.tasks[task_ids[0]].rank
-        run = _Running(task_ids, self.program.tasks[task_ids[0]].duration_s, self.env.now, self._rate(rank))
+        run = _Running(task_ids, duration, self.env.now, self._rate(rank))
         self.running.setdefault(rank, []).append(run)
         self._schedule_compute(rank, run)
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from simulator.results.faults import FaultsSummary
 from simulator.results.moe import MoeSummary
 
 __all__ = ["Result", "RankMemory", "Breakdown", "OomDetail", "LinkUsage", "CommSummary"]
@@ -129,3 +130,6 @@ class Result(_Out):
     communication: list[CommSummary]
     engine: dict[str, Any]
     moe: MoeSummary | None = Field(None, description="mixture-of-experts summary (null for a dense model)")
+    faults: FaultsSummary | None = Field(None, description="what the scenario's faults section perturbed, the ranks "
+                                         "simulated individually and, with sim.samples, the step-time distribution "
+                                         "(null without faults); the other fields are the first sample's")

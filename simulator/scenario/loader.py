@@ -147,13 +147,24 @@ def scenario_from_mapping(
             raise
         error = exc
         if root is not None and exc.field and exc.line is None:
-            error = exc.located(file=file, line=line_of(root, tuple(exc.field.split("."))))
+            error = exc.located(file=file, line=line_of(root, _loc(exc.field)))
         elif exc.file is None:
             error = exc.located(file=file)
     override = _override_for(error.field, applied)
     if override is not None:
         raise type(error)(error.message, field=f"--set {override}") from None  # LimitError, InfeasibleError kept
     raise error from None
+
+
+def _loc(field: str) -> tuple[str | int, ...]:
+    """``"faults.links[1].select"`` -> ("faults", "links", 1, "select"): a dotted field as the
+    keys and list indices :func:`line_of` follows."""
+    out: list[str | int] = []
+    for part in field.split("."):
+        name, *indices = part.replace("]", "").split("[")
+        out.append(name)
+        out.extend(int(i) for i in indices if i.isdigit())
+    return tuple(out)
 
 
 # --set values that name files: a relative path that exists from the working directory means

@@ -31,6 +31,7 @@ from simulator.errors import InfeasibleError, ScenarioError
 from simulator.fields import Frozen
 from simulator.scenario.attention import check_attention_kernel, effective_attention_kernel
 from simulator.scenario.fabric import FabricSpec, FatTreeFabric, TorusFabric, with_default_kind
+from simulator.scenario.faults import FaultsSpec
 from simulator.scenario.fp8 import Fp8Spec
 from simulator.scenario.framework import GENERIC, Framework, apply_framework, framework_settings, source_of
 from simulator.scenario.model import ModelSpec
@@ -59,6 +60,7 @@ __all__ = [
     "TrainingSpec",
     "Fp8Spec",
     "SimSpec",
+    "FaultsSpec",
     "Scenario",
     "Sharding",
     "Recompute",
@@ -165,6 +167,8 @@ class Scenario(Frozen):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
     training: TrainingSpec
     sim: SimSpec = Field(default_factory=SimSpec)
+    faults: FaultsSpec = Field(default_factory=FaultsSpec, description="perturbations inside the iteration: "
+                               "stragglers, compute jitter, degraded or failed links (simulator/scenario/faults.py)")
 
     settings_source: SkipJsonSchema[dict[str, str]] = Field(
         default_factory=dict, exclude=True, description="where each setting of the framework profile came from: "
@@ -248,6 +252,13 @@ class Scenario(Frozen):
         if train.precision == "fp8" and train.fp8.recipe == "mxfp8" and cluster.gpu_spec.architecture != "blackwell":
             raise InfeasibleError(f"mxfp8 scales blocks in the tensor cores of Blackwell GPUs ({cluster.gpu_spec.full_name} "
                                   f"is {cluster.gpu_spec.architecture})", field="training.fp8.recipe")
+        for where, message in self.faults.check_ranges(world, cluster.n_nodes, cluster.gpus_in_node,
+                                                       cluster.node_type.nics.count):
+            raise ScenarioError(message, field=where)
+        jitter = self.faults.jitter
+        if self.sim.samples > 1 and (jitter is None or jitter.compute_cv == 0):
+            raise InfeasibleError(f"sim.samples: {self.sim.samples} iterations differ only in their jitter draws; "
+                                  "set faults.jitter.compute_cv > 0 (or samples: 1)", field="sim.samples")
         return self
 
     def _check_pipeline(self) -> None:
@@ -364,6 +375,10 @@ class Scenario(Frozen):
         data = self.model_dump(mode="json", by_alias=True)
         if data.get("framework") == GENERIC:
             del data["framework"]  # a generic scenario keeps the hash it had before frameworks existed
+        if self.faults.empty:
+            del data["faults"]  # so does a scenario without faults
+        if self.sim.samples == 1:
+            del data["sim"]["samples"]  # and one of one sample
         payload = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator
 
+from simulator import limits
 from simulator.fields import Frozen, Precision
 from simulator.scenario.attention import AttentionKernel
 from simulator.scenario.fp8 import Fp8Spec
@@ -85,3 +86,12 @@ class SimSpec(Frozen):
     overlap_slowdown: float | None = Field(
         None, ge=0, description="compute slows by this fraction while a collective of the same GPU is in flight; "
         "default: the measured average in topologies/nccl.yaml (0 = ideal overlap)")
+    samples: PositiveInt = Field(
+        1, description="iterations to simulate, each with its own jitter draws (faults.jitter.seed + i): the "
+        "result reports their mean, p50 and p99 step time and which rank was slowest (limit: sim_samples)")
+
+    @field_validator("samples")
+    @classmethod
+    def _samples_limit(cls, value: int) -> int:
+        limits.check("sim_samples", value, what="seeded iterations (sim.samples)", field="sim.samples")
+        return value

@@ -68,6 +68,7 @@ class Workload:
     strategy_tag: str | None = None
     rank_key: Callable[[int], Hashable] | None = None
     nccl: NcclConstants | None = None
+    symmetry_off: str | None = None
     layout: ModelLayout = field(init=False)
     symmetry: Symmetry = field(init=False)
     strategy: Strategy[Any] = field(init=False)
@@ -77,11 +78,12 @@ class Workload:
     def __post_init__(self) -> None:
         sc = self.scenario
         self.layout = ModelLayout(sc)
-        self.symmetry = Symmetry(self.mesh, self.gpus_per_node, self.symmetric, self.rank_key)
+        self.symmetry = Symmetry(self.mesh, self.gpus_per_node, self.symmetric, self.rank_key, self.symmetry_off)
         self.strategy = strategy_for(sc, self.mesh, self.layout, self.strategy_tag)
         self.overlap_slowdown = overlap_slowdown(sc, self.nccl)
         fuse = (self.comm_time is not None and layer_comm_private(self.mesh, self.gpus_per_node, self.node_kind)
-                and self.mesh.ep == 1)  # the all-to-all of expert parallelism runs on the shared network
+                and self.mesh.ep == 1  # the all-to-all of expert parallelism runs on the shared network
+                and self.symmetry_off is None)  # perturbed links: each group's collectives on its own links
         rep = self.mesh.stage_representatives[0]
         groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp"), "ep": self.mesh.group(rep, "ep")}
         self.layers = LayerEmitter(sc, self.layout, self.profile, fuse_layers=fuse,
@@ -128,7 +130,7 @@ class Workload:
 def build_workload(scenario: Scenario, profile: ComputeProfile, *, gpus_per_node: int, symmetric: bool = True,
                    comm_time: CommTime | None = None, node_kind: str = "nvswitch", mesh: Mesh | None = None,
                    strategy: str | None = None, rank_key: Callable[[int], Hashable] | None = None,
-                   nccl: NcclConstants | None = None) -> Workload:
+                   nccl: NcclConstants | None = None, symmetry_off: str | None = None) -> Workload:
     """The workload of ``scenario`` (call ``.build()`` for its program).
 
     ``comm_time(op, group, nbytes)`` costs a collective alone on its links; given, layers
@@ -137,6 +139,7 @@ def build_workload(scenario: Scenario, profile: ComputeProfile, *, gpus_per_node
     registered data-parallel strategy by tag. ``rank_key(rank)`` says what makes a rank's work
     its own; ranks of a stage with different keys are all simulated (:mod:`.symmetry`).
     ``nccl``: the NCCL constants of the cluster's catalog (for the default overlap slowdown).
+    ``symmetry_off``: why every rank must be simulated (a perturbed link), if so.
     """
     return Workload(scenario, mesh or mesh_for(scenario), profile, gpus_per_node, symmetric, comm_time, node_kind,
-                    strategy, rank_key, nccl)
+                    strategy, rank_key, nccl, symmetry_off)

@@ -12,8 +12,9 @@ This module is the one place that decides it: the workload asks it for the simul
 siblings and the groups a collective stands for; ``run.py`` asks it for the block size. It
 never averages ranks that differ: given a ``rank_key`` (what makes a rank's work its own, e.g.
 a straggler's slowdown), ranks of one stage with different keys switch the reduction off and
-every rank is simulated (``reason`` says why). Link classes whose members differ are split by
-the engine (:mod:`simulator.engine.link_classes`).
+every rank is simulated (``reason`` says why); ``off_reason`` switches it off for a perturbation
+no rank key expresses (jitter draws, degraded links: :mod:`simulator.perturbation`). Link
+classes whose members differ are split by the engine (:mod:`simulator.engine.link_classes`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Symmetry:
     gpus_per_node: int
     requested: bool
     rank_key: Callable[[int], Hashable] | None = None
+    off_reason: str | None = None  # a perturbation that no rank key expresses (a degraded link): reduction off
     enabled: bool = field(init=False)
     reason: str = field(init=False)
     block: int = field(init=False)
@@ -56,7 +58,10 @@ class Symmetry:
         self.block = block_ranks(self.mesh, self.gpus_per_node)
         self.enabled = self.requested
         self.reason = "one rank per pipeline stage stands for its stage" if self.requested else "symmetry: off"
-        if self.requested and self.rank_key is not None:
+        if self.requested and self.off_reason is not None:
+            self.enabled = False
+            self.reason = self.off_reason
+        elif self.requested and self.rank_key is not None:
             different = self._first_difference(self.rank_key)
             if different is not None:
                 self.enabled = False

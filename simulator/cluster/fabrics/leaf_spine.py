@@ -94,6 +94,10 @@ class LeafSpineFabric(Fabric):
         if leaf_a == leaf_b:
             return [([up, down], 1.0)]
         spines = self._spines(cluster, leaf_a, leaf_b)
+        if cluster.dead_links:  # failed uplinks: traffic takes the spines still reachable both ways
+            spines = [(a, b) for a, b in spines if a not in cluster.dead_links and b not in cluster.dead_links]
+            if not spines:
+                return []
         policy = cluster.transport.multipath
         if policy == "spray":
             share = 1.0 / len(spines)

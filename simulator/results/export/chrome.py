@@ -19,7 +19,10 @@ The layout follows what users know from the PyTorch profiler:
   where a rank first exceeds its device memory), and, when the run
   recorded link loads, the utilisation (%) of the busiest link classes in a ``network``
   process;
-* ``otherData``: simulator version, scenario name and hash, calibration, layout, step time.
+* fault markers (:mod:`simulator.results.export.faults`): an instant ``straggler: compute xF``
+  on each slowed rank (whose process label says so) and one per degraded or failed link;
+* ``otherData``: simulator version, scenario name and hash, calibration, layout, step time,
+  and ``faults`` (``Result.faults``: the ranks simulated individually, the samples).
 
 Timestamps are microseconds with nanosecond resolution (``round(t_s * 1e6, 3)``). Process
 metadata uses ``tid`` 0 as Kineto does; every other event sits on a thread ``tid >= 1``
@@ -38,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from simulator.results.export.args import row_args
+from simulator.results.export.faults import fault_events, straggler_label
 from simulator.results.export.files import dump_json
 from simulator.results.export.threads import ITERATION_TID, span_us, stream_threads, to_us
 from simulator.results.link_load import LinkLoad
@@ -87,6 +91,7 @@ def trace_document(
     events += _flow_events(by_rank, chosen, tid_of)
     link_load = LinkLoad.from_series(sim.series, sim.result.step_time_s)
     events += _link_events(link_load, facts, max_links)
+    events += fault_events(sim.result.faults, chosen, facts.world_size, ITERATION_TID)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -101,7 +106,8 @@ def _rank_events(sim: Simulation, facts: RunFacts, rank: int, rows: list[Row], s
         {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": rank_label(facts, rank)}},
         {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
         {"ph": "M", "name": "process_labels", "pid": rank, "tid": 0,
-         "args": {"labels": f"stage {facts.stage_of.get(rank, 0)}, {facts.gpu}"}},
+         "args": {"labels": f"stage {facts.stage_of.get(rank, 0)}, {facts.gpu}"
+                           f"{straggler_label(sim.result.faults, rank)}"}},
         {"ph": "M", "name": "thread_name", "pid": rank, "tid": ITERATION_TID, "args": {"name": "iteration"}},
         {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": ITERATION_TID,
          "args": {"sort_index": ITERATION_TID}},
@@ -228,6 +234,7 @@ def _metadata(sim: Simulation, facts: RunFacts, chosen: list[int], requested: It
         "link_counters": ("not recorded (simulate with record_series=True)" if link_load is None
                           else f"busiest {max_links} link classes"),
         "time_unit": "microseconds since the start of the iteration",
+        "faults": None if sim.result.faults is None else sim.result.faults.model_dump(mode="json"),
     }
 
 
