@@ -44,6 +44,7 @@ from simulator.scenario.parallelism import (
     Sharding,
     ZeroOptions,
 )
+from simulator.scenario.reliability import ReliabilitySpec
 from simulator.scenario.resolve import base_dir_in, catalog_in, is_catalog_name, is_resolved_cluster, resolve_cluster
 from simulator.scenario.training import Recompute, SimSpec, TrainingSpec
 
@@ -59,6 +60,7 @@ __all__ = [
     "TrainingSpec",
     "Fp8Spec",
     "SimSpec",
+    "ReliabilitySpec",
     "Scenario",
     "Sharding",
     "Recompute",
@@ -165,6 +167,10 @@ class Scenario(Frozen):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
     training: TrainingSpec
     sim: SimSpec = Field(default_factory=SimSpec)
+    reliability: ReliabilitySpec | None = Field(
+        None, description="failure rates, checkpointing and restarts of the whole run (dtsim goodput; "
+        "simulator/scenario/reliability.py); an empty mapping takes the Llama 3 defaults. The step simulation "
+        "never reads it")
 
     settings_source: SkipJsonSchema[dict[str, str]] = Field(
         default_factory=dict, exclude=True, description="where each setting of the framework profile came from: "
@@ -364,6 +370,8 @@ class Scenario(Frozen):
         data = self.model_dump(mode="json", by_alias=True)
         if data.get("framework") == GENERIC:
             del data["framework"]  # a generic scenario keeps the hash it had before frameworks existed
+        if data.get("reliability") is None:
+            data.pop("reliability", None)  # likewise a scenario without a reliability section
         payload = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 
