@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 import simulator
-from simulator.costs.goodput import Failure, daly_interval_s, expected_run, poisson_at_least, poisson_excess, replay, \
-    young_interval_s
+from simulator.costs.goodput import (
+    Failure,
+    daly_interval_s,
+    expected_run,
+    poisson_at_least,
+    poisson_excess,
+    replay,
+    young_interval_s,
+)
 from simulator.goodput import checkpoint_bytes, estimate, inputs_for
 from simulator.scenario.reliability import ReliabilitySpec
 from simulator.units import UnitError, parse_count

@@ -105,11 +105,14 @@ def summary_rows(est: Any, scenario: Any) -> list[tuple[str, str]]:
                      f"{_days(est.young_interval_s)}, Daly {_days(est.daly_interval_s)})"),
         ("restart", f"hardware {_days(est.restart_hardware_s)}, software/planned {_days(est.restart_software_s)}"),
         ("interruptions", f"{run.failures:,.0f} failures, {run.planned:,.0f} planned"),
-        ("ETTR", f"{run.ettr:.2%}"),
+        ("ETTR", f"{est.ettr:.2%}"),
         ("wall-clock", f"{_days(run.wall_s)} (no failures: {_days(est.steps * est.step_time_s)})"),
         ("cost", "no price for this node type (pass --prices)" if est.cost_usd is None else
          f"${est.cost_usd:,.0f} ({est.nodes_paid:,} nodes at ${est.usd_per_node_hour:.2f}/node-hour)"),
     ]
+    if est.throughput_factor < 1.0:
+        rows.append(("  steps at reduced dp", f"{_days(run.productive_s - est.ideal_s)} (elastic; part of the "
+                                              "productive steps)"))
     for label, attr in (("  productive steps", "productive_s"), ("  checkpoint writes", "checkpoint_s"),
                         ("  lost work", "lost_s"), ("  restarts", "restart_s")):
         seconds = getattr(run, attr)

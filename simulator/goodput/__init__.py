@@ -33,6 +33,6 @@ def goodput_metrics(scenario: Any, result: Any) -> dict[str, float | None]:
     inputs = inputs_for(scenario, result)
     est = estimate(inputs, tokens, usd_per_node_hour=node_price(inputs.node_type))
     return {"goodput_tokens": tokens, "goodput_ettr": est.ettr, "goodput_wall_s": est.wall_s,
-            "goodput_ideal_s": est.steps * est.step_time_s, "goodput_cost_usd": est.cost_usd,
+            "goodput_ideal_s": est.ideal_s, "goodput_cost_usd": est.cost_usd,
             "goodput_interval_s": est.interval_s, "goodput_checkpoint_s": est.checkpoint_s,
             "goodput_job_mtbf_s": est.job_mtbf_s}

@@ -128,8 +128,15 @@ class GoodputEstimate:
         return self.run.wall_s
 
     @property
+    def ideal_s(self) -> float:
+        """The run's failure-free wall-clock on the whole cluster: steps x simulated step time."""
+        return self.steps * self.step_time_s
+
+    @property
     def ettr(self) -> float:
-        return self.run.ettr
+        """Effective training time ratio: the failure-free time over the expected wall-clock (with
+        ``elastic``, the steps run at reduced dp count as time lost, not as productive time)."""
+        return self.ideal_s / self.wall_s if self.wall_s > 0 else 1.0
 
     @property
     def cost_usd(self) -> float | None:
@@ -142,6 +149,7 @@ class GoodputEstimate:
         run = self.run
         data.update(wall_s=self.wall_s, ettr=self.ettr, cost_usd=self.cost_usd, failures=run.failures,
                     planned_interruptions=run.planned,
+                    ideal_s=self.ideal_s,
                     breakdown={"productive_s": run.productive_s, "checkpoint_s": run.checkpoint_s,
                                "lost_s": run.lost_s, "restart_s": run.restart_s},
                     notes=list(self.notes), spread=self.spread)

@@ -67,7 +67,7 @@ def monte_carlo(inputs: GoodputInputs, est: GoodputEstimate, trials: int, seed: 
         run = replay(est.run.productive_s, est.interval_s, est.checkpoint_s,
                      schedule(np.random.default_rng(child), inputs, est), write_s=write_s)
         rows["wall_s"].append(run.wall_s)
-        rows["ettr"].append(run.ettr)
+        rows["ettr"].append(est.ideal_s / run.wall_s)
         rows["failures"].append(run.failures)
         if est.usd_per_node_hour is not None:
             rows["cost_usd"].append(run.wall_s / 3600.0 * est.nodes_paid * est.usd_per_node_hour)

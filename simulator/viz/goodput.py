@@ -39,7 +39,7 @@ def breakdown_figure(est: Any) -> go.Figure:
         fig.add_bar(y=["wall-clock"], x=[seconds / _DAY], name=label, orientation="h", marker_color=colour,
                     hovertemplate=f"{label}: %{{x:.2f}} days ({seconds / run.wall_s:.1%})<extra></extra>")
     fig.update_layout(barmode="stack", template=TEMPLATE, height=220, xaxis_title="days",
-                      title=f"Expected wall-clock {run.wall_s / _DAY:.1f} days, ETTR {run.ettr:.1%}")
+                      title=f"Expected wall-clock {run.wall_s / _DAY:.1f} days, ETTR {est.ettr:.1%}")
     return fig
 
 
