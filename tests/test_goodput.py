@@ -164,13 +164,49 @@ def _dtsim(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_goodput_json_and_bad_tokens(tmp_path):
     out = tmp_path / "g.json"
-    done = _dtsim("goodput", "scenarios/quickstart.yaml", "--tokens", "2B", "--trials", "20", "--json", str(out))
+    report = tmp_path / "g.html"
+    done = _dtsim("goodput", "scenarios/quickstart.yaml", "--tokens", "2B", "--trials", "20", "--json", str(out),
+                  "--report", str(report))
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     parts = data["breakdown"]
     assert sum(parts.values()) == pytest.approx(data["wall_s"])
     assert data["tokens"] == 2e9 and data["spread"]["wall_s"]["p5"] <= data["spread"]["wall_s"]["p95"]
+    page = report.read_text()
+    assert page.count("class=\"plotly-graph-div\"") == 3 and "ETTR against checkpoint interval" in page
     bad = _dtsim("goodput", "scenarios/quickstart.yaml", "--tokens", "lots")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "lots" in bad.stderr
     bad = _dtsim("goodput", "scenarios/quickstart.yaml", "--tokens", "1T", "--set", "reliability.gpu_mtbf=-1h")
     assert bad.returncode == 2 and "reliability.gpu_mtbf" in bad.stderr
+
+
+def test_sweep_metrics_carry_goodput_only_with_a_reliability_section():
+    """A sweep point's metrics gain goodput_* columns when the scenario has reliability: {} (the
+    Llama 3 defaults); goodput_wall_s >= goodput_ideal_s = steps x step time."""
+    from simulator.sweep.worker import result_metrics
+
+    plain = simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    result = simulator.simulate(plain)
+    assert not any(k.startswith("goodput_") for k in result_metrics(result, plain))
+    with_rel = simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml", overrides=["reliability.tokens=2B"])
+    metrics = result_metrics(result, with_rel)
+    steps = math.ceil(2e9 / plain.tokens_per_step)
+    assert metrics["goodput_tokens"] == 2e9
+    assert metrics["goodput_ideal_s"] == pytest.approx(steps * result.step_time_s)
+    assert metrics["goodput_wall_s"] > metrics["goodput_ideal_s"]
+    assert metrics["goodput_ettr"] == pytest.approx(metrics["goodput_ideal_s"] / metrics["goodput_wall_s"])
+
+
+def test_monte_carlo_mean_agrees_with_the_expectation_and_is_seeded():
+    """The quick-start job scaled to 2,048 nodes (about 100 failures in 5e14 tokens): the mean
+    wall-clock of 100 seeded trials lies within 1% of Daly's expectation; the same seed gives the
+    same spread, another seed another."""
+    from simulator.goodput.montecarlo import monte_carlo
+
+    scenario = simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    inputs = inputs_for(scenario, simulator.simulate(scenario)).scaled(2048)
+    est = estimate(inputs, 5e14)
+    assert est.run.failures > 80
+    a, b, c = (monte_carlo(inputs, est, 100, seed) for seed in (0, 0, 1))
+    assert a.spread["wall_s"]["mean"] == pytest.approx(est.wall_s, rel=0.01)
+    assert a.spread == b.spread and a.spread != c.spread
