@@ -38,9 +38,9 @@ interruptions only restart the job. Checkpoint storage defaults to Llama 3's: Te
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, WithJsonSchema, field_validator
 
 from simulator.fields import Bytes, Duration, Frozen, Rate
 from simulator.units import parse_count
@@ -51,6 +51,11 @@ LLAMA3_SOURCE = ("Dubey et al. 2024, 'The Llama 3 Herd of Models' (arXiv 2407.21
                  "47 planned interruptions in 54 days on 16,384 H100 (2,048 nodes, one NIC per GPU)")
 
 _HOUR = 3600.0
+# a count of tokens: a number, or a string with a suffix k M B(illion) G T P (simulator.units.parse_count)
+TokenCount = Annotated[PositiveFloat, WithJsonSchema({"anyOf": [
+    {"type": "number", "exclusiveMinimum": 0},
+    {"type": "string", "pattern": r"^\s*[0-9][0-9_,]*(\.[0-9]*)?([eE][+-]?[0-9]+)?\s*[kMBGTP]?\s*$",
+     "description": "a count with a suffix: k M B (billions) G T P, e.g. '15T', '405B'"}]})]
 _SNAPSHOT_H = 54 * 24  # the 54-day snapshot, hours
 
 
@@ -120,7 +125,7 @@ class ReliabilitySpec(Frozen):
     elastic: bool = Field(
         False, description="after a hardware failure with no spare free, continue at reduced data parallelism "
         "(the replicas of the lost node drop out) until the node is back, instead of waiting requeue_time")
-    tokens: PositiveFloat | None = Field(
+    tokens: TokenCount | None = Field(
         None, description="training tokens of the whole run for the sweep's goodput metrics, e.g. 15T or 2e12; "
         "default 20 per parameter (Hoffmann et al. 2022)")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
