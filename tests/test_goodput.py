@@ -5,6 +5,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,17 @@ def test_monte_carlo_mean_agrees_with_the_expectation_and_is_seeded():
     a, b, c = (monte_carlo(inputs, est, 100, seed) for seed in (0, 0, 1))
     assert a.spread["wall_s"]["mean"] == pytest.approx(est.wall_s, rel=0.01)
     assert a.spread == b.spread and a.spread != c.spread
+
+
+def test_free_checkpoints_are_taken_every_step_and_no_failures_need_none():
+    """A store without bandwidth caps writes in 0 s: Young's sqrt(2 x 0 x M) = 0 rounds up to one
+    step; with every mean time between failures 'infinite' (1e12 s) and no planned stops there is
+    nothing to lose: ETTR = 1 up to 1e-6."""
+    scenario = simulator.load_scenario(ROOT / "scenarios" / "quickstart.yaml", overrides=[
+        "reliability.checkpoint.storage_write_bandwidth=null", "reliability.checkpoint.storage_read_bandwidth=null"])
+    inputs = inputs_for(scenario, simulator.simulate(scenario))
+    est = estimate(inputs, 1e9)
+    assert est.write_s == 0.0 and est.interval_steps == 1
+    calm = {k: 1e12 for k in ("gpu_mtbf", "node_mtbf", "link_mtbf", "software_mtbf")}
+    quiet = replace(inputs, spec=inputs.spec.model_copy(update={**calm, "planned_mtbf": None}))
+    assert estimate(quiet, 1e9).ettr == pytest.approx(1.0, abs=1e-6)

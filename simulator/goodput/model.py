@@ -190,8 +190,9 @@ def estimate(inputs: GoodputInputs, tokens: float, *, usd_per_node_hour: float |
     steps = math.ceil(tokens / inputs.tokens_per_step)
     step_s = inputs.step_time_s / factor
     work = steps * step_s
-    young = young_interval_s(blocking, mtbf) if blocking > 0 else math.inf
-    daly = daly_interval_s(blocking, mtbf) if blocking > 0 else math.inf
+    # no failures: no checkpoint needed; a free checkpoint (C = 0): every step
+    young = young_interval_s(blocking, mtbf) if math.isfinite(mtbf) else math.inf
+    daly = daly_interval_s(blocking, mtbf) if math.isfinite(mtbf) else math.inf
     chosen = interval_s if interval_s is not None else ck.interval
     rule = "given" if chosen is not None else ck.interval_rule
     if chosen is None:
