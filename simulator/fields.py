@@ -35,6 +35,7 @@ __all__ = [
     "Bytes",
     "Rate",
     "Seconds",
+    "Duration",
     "FlopRate",
     "PositiveBytes",
     "PositiveRate",
@@ -130,11 +131,12 @@ QUANTITY_BOUNDS: dict[str, tuple[float, float, str]] = {
     "size": (0.0, 2.0**60, "at most 1 EiB"),
     "rate": (1e3, 1e18, "between 1 kB/s and 1 EB/s (a bare number is bytes per second: add a unit, e.g. '400Gbps')"),
     "time": (0.0, 3600.0, "between 0 and 1 hour"),
+    "duration": (0.0, 1e12, "between 0 and 1e12 s (about 30,000 years)"),
     "FLOP rate": (1e6, 1e19, "between 1 MFLOP/s and 10 EFLOP/s (add a unit, e.g. '312TFLOPS')"),
 }
 
 
-_SI_UNIT = {"size": "B", "rate": "B/s", "time": "s", "FLOP rate": "FLOP/s"}
+_SI_UNIT = {"size": "B", "rate": "B/s", "time": "s", "duration": "s", "FLOP rate": "FLOP/s"}
 
 
 UNITS_REQUIRED = "units_required"
@@ -183,6 +185,8 @@ def _unit_field(parser: Callable[[Any], float], kind: str, example: str, suggest
 _bytes = _unit_field(units.parse_bytes, "size", "'80GiB' (B = byte, b = bit)", ("GiB", "B"))
 _rate = _unit_field(units.parse_rate, "rate", "'400Gbps' or '25GB/s' (b = bit, B = byte)", ("Gb/s", "B/s"))
 _time = _unit_field(units.parse_time, "time", "'2us'", ("us", "s"))
+# a span of wall-clock time (restarts, mean times between failures): seconds up to years
+_duration = _unit_field(units.parse_time, "duration", "'10min' or '79230h'", ("h", "s"))
 _flop_rate = _unit_field(units.parse_flop_rate, "FLOP rate", "'312TFLOPS'", ("TFLOP/s", "FLOP/s"))
 
 Bytes = Annotated[float, _bytes[0], _bytes[1], Field(ge=0)]
@@ -190,6 +194,7 @@ PositiveBytes = Annotated[float, _bytes[0], _bytes[1], Field(gt=0)]
 Rate = Annotated[float, _rate[0], _rate[1], Field(gt=0)]
 PositiveRate = Rate
 Seconds = Annotated[float, _time[0], _time[1], Field(ge=0)]
+Duration = Annotated[float, _duration[0], _duration[1], Field(ge=0)]
 FlopRate = Annotated[float, _flop_rate[0], _flop_rate[1], Field(gt=0)]
 # a fraction of a rate (efficiencies): at least 1e-6, so no efficiency turns a rate into a 1e300 s step
 Fraction = Annotated[float, Field(ge=1e-6, le=1)]
@@ -205,11 +210,11 @@ Elements = Annotated[int, _ELEMENTS, Field(gt=0)]
 NonNegativeElements = Annotated[int, _ELEMENTS, Field(ge=0)]
 
 # the quantity a unit-carrying field holds, by its validator (``quantity_of``)
-_QUANTITY = {id(_bytes[0]): "size", id(_rate[0]): "rate", id(_time[0]): "time", id(_flop_rate[0]): "FLOP rate",
-             id(_ELEMENTS): "elements"}
+_QUANTITY = {id(_bytes[0]): "size", id(_rate[0]): "rate", id(_time[0]): "time", id(_duration[0]): "duration",
+             id(_flop_rate[0]): "FLOP rate", id(_ELEMENTS): "elements"}
 
 
 def quantity_of(metadata: list[Any]) -> str | None:
-    """``size``, ``rate``, ``time``, ``FLOP rate`` or ``elements`` for a field declared with one
+    """``size``, ``rate``, ``time``, ``duration``, ``FLOP rate`` or ``elements`` for a field declared with one
     of the unit types above (its pydantic ``FieldInfo.metadata``), else None."""
     return next((_QUANTITY[id(m)] for m in metadata if id(m) in _QUANTITY), None)

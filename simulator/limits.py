@@ -62,6 +62,9 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("sim_samples", 1_000, "iterations", "seeded iterations of one run (sim.samples), each a whole simulation"),
     Limit("sweep_points", 100_000, "points", "points of one sweep (the product of its axes), counted before any is built"),
     Limit("trace_ranks", 131_072, "ranks", "ranks one --trace-ranks selection names, counted before any range is expanded"),
+    Limit("goodput_trials", 100_000, "trials", "Monte-Carlo trials of one dtsim goodput run (--trials)"),
+    Limit("goodput_events", 50_000_000, "failures", "failures all Monte-Carlo trials of dtsim goodput replay together "
+          "(trials x expected failures per run), counted before any trial runs"),
     Limit("expression_bits", 1_024, "bits", "size of any number a derived sweep expression computes"),
 )}
 

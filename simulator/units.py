@@ -34,6 +34,7 @@ __all__ = [
     "UnitError",
     "parse_bytes",
     "parse_rate",
+    "parse_count",
     "parse_time",
     "parse_flops",
     "parse_flop_rate",
@@ -153,6 +154,24 @@ def parse_bytes(text: str | float | int) -> float:
 def parse_rate(text: str | float | int) -> float:
     """Parse a data rate to bytes per second: ``"400Gbps"`` -> 5e10, ``"25GB/s"`` -> 2.5e10."""
     return _parse(text, _RATE_UNITS, "rate")
+
+
+_COUNT_SUFFIX: Final = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def parse_count(text: str | float | int) -> float:
+    """A count such as a token budget: ``"15T"`` -> 1.5e13, ``"405B"`` (billions) -> 4.05e11,
+    ``"2e12"``, ``"1_000"``; positive and finite, else :class:`UnitError`."""
+    raw = str(text).strip().replace("_", "").replace(",", "")
+    factor = _COUNT_SUFFIX.get(raw[-1:], 1.0) if raw else 1.0
+    number_text = raw[:-1] if raw[-1:] in _COUNT_SUFFIX else raw
+    try:
+        number = float(number_text) * factor
+    except ValueError:
+        raise UnitError(f"{text!r} is not a count (e.g. 15T, 405B, 2e12)") from None
+    if not (math.isfinite(number) and number > 0):
+        raise UnitError(f"{text!r}: a count must be positive and finite")
+    return number
 
 
 def parse_time(text: str | float | int) -> float:

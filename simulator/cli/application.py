@@ -18,6 +18,7 @@ from simulator.cli.collective import collective
 from simulator.cli.common import console, debug_enabled, err_console, one_line, safe, set_debug
 from simulator.cli.diff import diff
 from simulator.cli.fit import fit
+from simulator.cli.goodput import goodput
 from simulator.cli.import_cmd import import_app
 from simulator.cli.limits_option import LimitOption, apply_limit_options
 from simulator.cli.run import run
@@ -36,6 +37,7 @@ app = typer.Typer(
     "Run a scenario:  dtsim run scenarios/quickstart.yaml --set parallelism.tp=2\n\n"
     "Does it fit?  dtsim fit scenarios/quickstart.yaml (memory estimate, no simulation)\n\n"
     "Compare two results:  dtsim diff a.json b.json (from dtsim run --json)\n\n"
+    "A whole run with failures:  dtsim goodput scenarios/llama3-405b-16k-h100.yaml --tokens 15.6T\n\n"
     "Exit codes: 0 success; 2 bad input (one line naming file, line and field); 1 an internal error "
     "(one line; rerun with --debug, or DTSIM_DEBUG=1, for the traceback).",
     no_args_is_help=True,
@@ -65,7 +67,7 @@ def _options(
     apply_limit_options(limit)
 
 
-for command in (run, fit, diff, sweep, search, schema, topo, collective, validate):
+for command in (run, fit, goodput, diff, sweep, search, schema, topo, collective, validate):
     app.command()(command)
 # dtsim calibrate (simulator/cli/calibrate.py; PyTorch is imported only when it runs)
 app.command(name="calibrate")(calibrate)

@@ -183,7 +183,7 @@ def format_setting(value: Any, quantity: str | None = None) -> str:
 
     if quantity is not None and isinstance(value, (int, float)):
         return {"size": units.format_bytes, "rate": units.format_rate, "time": units.format_time,
-                "elements": lambda v: f"{v:,} elements"}.get(quantity, lambda v: json.dumps(v))(value)
+                "duration": units.format_time, "elements": lambda v: f"{v:,} elements"}.get(quantity, lambda v: json.dumps(v))(value)
     return value if isinstance(value, str) else json.dumps(value)
 
 

@@ -53,10 +53,11 @@ UNIT_TEXT: dict[str, tuple[str, str]] = {
              "SI prefixes k M G T = powers of 1000, IEC prefixes Ki Mi Gi = powers of 1024, e.g. '400 Gb/s' "
              "(= 50e9 B/s), '400Gbps', '25GB/s'"),
     "time": ("seconds (s)", "or a string with a unit: ps ns us µs ms s min h, e.g. '2us', '1.5 ms'"),
+    "duration": ("seconds (s)", "or a string with a unit: s min h (and ps ns us µs ms), e.g. '10min', '79230h'"),
     "FLOP rate": ("FLOP per second (FLOP/s)", "or a string FLOPS or FLOP/s with an SI prefix (k M G T P E), "
                   "e.g. '312TFLOPS', '989 TFLOP/s'"),
 }
-_PATTERN_DIMENSION = {"size": "size", "rate": "rate", "time": "time", "FLOP rate": "flop rate"}
+_PATTERN_DIMENSION = {"size": "size", "rate": "rate", "time": "time", "duration": "time", "FLOP rate": "flop rate"}
 # a path (not a catalog name) where a field takes either: holds a '/' or ends in .yaml/.yml
 # (simulator.scenario.resolve.is_catalog_name)
 _PATH_PATTERN = r"(/|\.ya?ml$)"

@@ -45,6 +45,7 @@ from simulator.scenario.parallelism import (
     Sharding,
     ZeroOptions,
 )
+from simulator.scenario.reliability import ReliabilitySpec
 from simulator.scenario.resolve import base_dir_in, catalog_in, is_catalog_name, is_resolved_cluster, resolve_cluster
 from simulator.scenario.training import Recompute, SimSpec, TrainingSpec
 
@@ -61,6 +62,7 @@ __all__ = [
     "Fp8Spec",
     "SimSpec",
     "FaultsSpec",
+    "ReliabilitySpec",
     "Scenario",
     "Sharding",
     "Recompute",
@@ -169,6 +171,10 @@ class Scenario(Frozen):
     sim: SimSpec = Field(default_factory=SimSpec)
     faults: FaultsSpec = Field(default_factory=FaultsSpec, description="perturbations inside the iteration: "
                                "stragglers, compute jitter, degraded or failed links (simulator/scenario/faults.py)")
+    reliability: ReliabilitySpec | None = Field(
+        None, description="failure rates, checkpointing and restarts of the whole run (dtsim goodput; "
+        "simulator/scenario/reliability.py); an empty mapping takes the Llama 3 defaults. The step simulation "
+        "never reads it")
 
     settings_source: SkipJsonSchema[dict[str, str]] = Field(
         default_factory=dict, exclude=True, description="where each setting of the framework profile came from: "
@@ -379,6 +385,8 @@ class Scenario(Frozen):
             del data["faults"]  # so does a scenario without faults
         if self.sim.samples == 1:
             del data["sim"]["samples"]  # and one of one sample
+        if data.get("reliability") is None:
+            data.pop("reliability", None)  # likewise a scenario without a reliability section
         payload = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 

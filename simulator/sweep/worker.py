@@ -53,7 +53,9 @@ def result_metrics(result: Any, scenario: Scenario) -> dict[str, Any]:
     the top-level numbers, the critical rank's breakdown (``compute_s``, ``bubble_s``,
     ``idle_s``, ``exposed_comm_s`` and ``exposed_comm_<kind>_s`` / ``comm_<kind>_s`` per
     group kind), the memory of the rank with the highest peak by category
-    (``<category>_bytes``) and ``memory_headroom_bytes`` (device memory minus peak)."""
+    (``<category>_bytes``) and ``memory_headroom_bytes`` (device memory minus peak); with a
+    ``reliability`` section, the goodput of the whole run (``goodput_ettr``, ``goodput_wall_s``:
+    expected time-to-train, ``goodput_cost_usd``, ... :func:`simulator.goodput.goodput_metrics`)."""
     dump = result.model_dump()
     out: dict[str, Any] = {"nodes": scenario.cluster.n_nodes, "gpu": scenario.cluster.gpu_name}
     for name, value in dump.items():
@@ -74,6 +76,10 @@ def result_metrics(result: Any, scenario: Scenario) -> dict[str, Any]:
     for category in ("params", "grads", "optimizer", "activations", "buffers", "other"):
         out[f"{category}_bytes"] = getattr(peak, f"{category}_bytes")
     out["memory_headroom_bytes"] = result.gpu_memory_bytes - result.peak_memory_bytes
+    if scenario.reliability is not None:  # a whole run with failures (simulator/goodput/)
+        from simulator.goodput import goodput_metrics
+
+        out.update(goodput_metrics(scenario, result))
     return out
 
 
