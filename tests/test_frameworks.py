@@ -115,7 +115,8 @@ def test_megatron_core_on_gpt3_changes_exactly_the_profile_fields():
         generic.parallelism
     assert changed == {"parallelism.zero.overlap_comm", "parallelism.zero.reduce_bucket_size",
                        "parallelism.zero.allgather_bucket_size", "parallelism.zero.bucketing",
-                       "parallelism.zero.bucket_size_per_dp_rank", "training.grad_reduce_dtype",
+                       "parallelism.zero.bucket_size_per_dp_rank", "parallelism.zero.grad_nan_check",
+                       "parallelism.zero.grad_prescale", "training.grad_reduce_dtype",
                        "training.attention_kernel", "training.cross_entropy"}
     rows = {path: (value, source) for path, value, source in mcore.framework_settings()}
     assert rows == {
@@ -125,6 +126,8 @@ def test_megatron_core_on_gpt3_changes_exactly_the_profile_fields():
         "parallelism.zero.allgather_bucket_size": (40_000_000, "megatron-core"),
         "parallelism.zero.bucketing": ("megatron-core", "megatron-core"),
         "parallelism.zero.bucket_size_per_dp_rank": (1_000_000, "megatron-core"),
+        "parallelism.zero.grad_nan_check": (True, "megatron-core"),
+        "parallelism.zero.grad_prescale": (True, "megatron-core"),
         "parallelism.p2p_blocking": (True, "megatron-core"),
         "training.grad_reduce_dtype": ("fp32-for-bf16", "megatron-core"),
         "training.attention_kernel": ("cudnn", "megatron-core"),
@@ -145,7 +148,7 @@ def test_cli_summary_lists_the_framework_settings():
                           "--set", "parallelism.zero.reduce_bucket_size=50000000"],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "megatron-core: 10 setting(s) differ from generic" in out.stdout
+    assert "megatron-core: 12 setting(s) differ from generic" in out.stdout
     assert "parallelism.zero.overlap_comm = false (megatron-core)" in out.stdout
     assert "parallelism.zero.reduce_bucket_size = 50,000,000 elements (scenario)" in out.stdout
     assert "training.grad_reduce_dtype = fp32-for-bf16 (megatron-core)" in out.stdout

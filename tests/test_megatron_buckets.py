@@ -106,3 +106,41 @@ def test_later_pipeline_stages_use_one_bucket_gathered_at_the_start_and_reduced_
     assert [r.comm.nbytes for r in first] == [40_161_792 * 4, 2_365_440 * 4, 40_170_240 * 4]
     assert [g.comm.nbytes for g in _dp(sim, first_rank, "zero.param_allgather")] == \
         [40_170_240 * 2, 2_365_440 * 2, 40_161_792 * 2]
+
+
+def _sim_checks(nan_check: bool, prescale: bool) -> simulator.Simulation:
+    """As _sim (dp 16, 40M buckets) with Megatron's per-bucket passes switched."""
+    par = {"sharding": "zero1", "zero": {**ZERO, "bucket_size_per_dp_rank": 1_000_000,
+                                         "grad_nan_check": nan_check, "grad_prescale": prescale}}
+    training = {"micro_batch": 4, "global_batch": 128, "grad_reduce_dtype": "fp32"}
+    return simulator.run_simulation(simulator.Scenario.model_validate(
+        small_scenario(parallelism=par, training=training)))
+
+
+def test_gradient_buffer_is_zeroed_once_per_step_before_the_first_forward():
+    """zero_grad_buffer writes the whole fp32 buffer once: 125,226,240 elements x 4 B =
+    500,904,960 B, at A100-40GB's 1,555 GB/s x 0.85 plus the 4 us launch = 382.97 us, and
+    the step's first forward starts after it."""
+    sim = _sim_checks(False, False)
+    zeroing = _dp(sim, 0, "zero_grad_buffer")
+    assert len(zeroing) == 1
+    kernel = zeroing[0].info.kernels[0]
+    assert kernel.nbytes == 125_226_240 * 4
+    assert kernel.time_s == pytest.approx(500_904_960 / (1555e9 * 0.85) + 4e-6)
+    fwd = [r for r in sim.rows if r.rank == 0 and r.info and r.info.phase == "fwd"]
+    assert min(r.start_s for r in fwd) >= zeroing[0].end_s - 1e-12
+    assert not _dp(sim, 0, "bucket.grad_checks")
+
+
+@pytest.mark.parametrize(("nan_check", "prescale", "passes"), [(True, False, 1), (False, True, 2), (True, True, 3)])
+def test_bucket_norm_and_prescale_passes_run_before_each_reduce_scatter(nan_check: bool, prescale: bool,
+                                                                          passes: int) -> None:
+    """Megatron's start_grad_sync reads each fp32 bucket once for the NaN norm and reads and
+    writes it for the 1/dp scaling: 1, 2 or 3 x the bucket's bytes (buckets 40,163,328,
+    40,164,864 and 44,898,048 elements x 4 B), each before that bucket's reduce-scatter."""
+    sim = _sim_checks(nan_check, prescale)
+    checks = _dp(sim, 0, "bucket.grad_checks")
+    reduces = _dp(sim, 0, "zero.reduce_scatter")
+    assert [c.info.kernels[0].nbytes for c in checks] == \
+        [passes * 4 * n for n in (40_163_328, 40_164_864, 44_898_048)]
+    assert all(r.start_s >= c.end_s - 1e-12 for c, r in zip(checks, reduces, strict=True))

@@ -40,7 +40,9 @@ pytestmark = pytest.mark.slow
 # source: (MAPE ceiling, worst-record ceiling)
 THRESHOLDS = {
     "llm-foundry": (0.065, 0.245),
-    "megatron-core": (0.090, 0.310),
+    # megatron-core: 8.6% / 30.7% with Megatron's gradient-buffer passes (zeroing, per-bucket NaN norm and 1/dp
+    # scaling); the 32B row (tp 8, pp 1, dp 48) is the unstated micro-batch: +30.7% at 1, +11.0% at 2, +4.3% at 4
+    "megatron-core": (0.087, 0.310),
     "megatron-sc21": (0.080, 0.120),
     "torchtitan": (0.075, 0.250),
     # mixture of experts (issue 15, open): 4 Megatron-Bridge H100 rows simulated; gpt-oss-120b -3.8% / +14.5%,

@@ -90,6 +90,13 @@ class ZeroOptions(Frozen):
     bucket_size_per_dp_rank: NonNegativeElements = Field(
         0, description="buckets hold at least this many elements per data-parallel rank (Megatron-Core: 1,000,000, "
         "so buckets grow to 1M x dp above dp 40); 0 = the bucket sizes alone")
+    grad_nan_check: bool = Field(
+        False, description="bucketing megatron-core: the L2 norm of each gradient bucket is checked for NaN before "
+        "its reduction (Megatron-Core check_for_nan_in_grad): one read of the bucket on the compute stream")
+    grad_prescale: bool = Field(
+        False, description="bucketing megatron-core: each gradient bucket is multiplied by 1/dp before a summing "
+        "reduction (Megatron-Core without average_in_collective): one read and one write of the bucket on the "
+        "compute stream")
 
 
 class FsdpOptions(Frozen):

@@ -26,7 +26,7 @@ from simulator.workload.emitter import Emitter
 from simulator.workload.fusion import CommCost, CommTime, layer_comm_private
 from simulator.workload.layers import LayerEmitter
 from simulator.workload.layout import ModelLayout
-from simulator.workload.model import kernels_time_s, optimizer_kernel
+from simulator.workload.model import Kernel, kernels_time_s, optimizer_kernel
 from simulator.workload.pipeline.emit import PipelineEmitter
 from simulator.workload.steps import kernel_shape
 from simulator.workload.symmetry import Symmetry
@@ -107,6 +107,13 @@ class Workload:
         return (KernelInfo(k.name, k.kind, k.flops, k.nbytes, kernel_shape(k),
                            kernels_time_s(self.profile, [k], train.precision)),)
 
+    def memory_kernel(self, name: str, nbytes: float, elements: float) -> KernelInfo:
+        """A memory-bound pass of ``nbytes`` over a buffer of ``elements`` (e.g. Megatron's
+        gradient-buffer zeroing), timed by the roofline's memory side."""
+        k = Kernel(name, "memory", 0.0, nbytes, None, "optimizer", elements=(elements,))
+        return KernelInfo(k.name, k.kind, k.flops, k.nbytes, kernel_shape(k),
+                          kernels_time_s(self.profile, [k], self.scenario.training.precision))
+
     def initial_memory(self, rank: int) -> dict[str, float]:
         """What a rank holds at t = 0, by category: model states, static buffers, context."""
         stage = self.mesh.stage(rank)
@@ -118,7 +125,7 @@ class Workload:
 
     def build(self) -> Program:
         """Emit every simulated rank's iteration into one program."""
-        emitter = Emitter(self.mesh, self.symmetry, self.optimizer_time_s, self.optimizer_kernels)
+        emitter = Emitter(self.mesh, self.symmetry, self.optimizer_time_s, self.optimizer_kernels, self.memory_kernel)
         pipeline = PipelineEmitter(self.scenario, self.layout, self.layers, self.strategy)
         ranks = self.symmetry.simulated_ranks()
         for rank in ranks:

@@ -53,12 +53,15 @@ class Emitter:
     """Builds one :class:`~simulator.ir.Program`; see the module docstring."""
 
     def __init__(self, mesh: Mesh, symmetry: Symmetry, optimizer_time_s: Callable[[float], float],
-                 optimizer_kernels: Callable[[float], tuple[KernelInfo, ...]] | None = None) -> None:
+                 optimizer_kernels: Callable[[float], tuple[KernelInfo, ...]] | None = None,
+                 memory_kernel: Callable[[str, float, float], KernelInfo] | None = None) -> None:
         self.mesh = mesh
         self.symmetry = symmetry
         self.program = ProgramBuilder()
         self.optimizer_time_s = optimizer_time_s
         self.optimizer_kernels = optimizer_kernels
+        # memory_kernel(name, bytes, elements): a memory-bound pass over a buffer, timed
+        self.memory_kernel = memory_kernel
 
     def rank(self, rank: int, state: S) -> RankEmitter[S]:
         return RankEmitter(self, rank, self.mesh.stage(rank), state)
@@ -122,6 +125,14 @@ class RankEmitter(Generic[S]):
     def marker(self, name: str, deps: list[int], mem: tuple[MemDelta, ...]) -> int:
         """A zero-time task that applies memory changes when its dependencies are done."""
         return self.task("mem", name, "marker", deps=deps, mem=mem)
+
+    def memory_pass(self, name: str, nbytes: float, elements: float, deps: list[int]) -> int:
+        """A memory-bound kernel moving ``nbytes`` over a buffer of ``elements`` on the compute
+        stream (a framework's pass over its gradient buffer); without a timer it takes no time."""
+        make = self.emitter.memory_kernel
+        kernel = make(name, nbytes, elements) if make is not None else None
+        info = TaskInfo(phase="optimizer", kernels=(kernel,) if kernel else ())
+        return self.compute(name, kernel.time_s if kernel else 0.0, deps, info=info)
 
     def optimizer(self, deps: list[int], n_params: float, *, name: str = "optimizer",
                   mem: tuple[MemDelta, ...] = ()) -> int:

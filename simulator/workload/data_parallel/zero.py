@@ -48,7 +48,14 @@ reduce-scatter and the parameter all-gather:
   bucket is reduced after the backward (``finish_grad_sync``, param_and_grad_buffer.py:154-165);
 * the parameter all-gather runs over the same buckets, chunk by chunk, each chunk's buckets
   in reverse (``_get_model_param_buffer_dp_views``, distrib_optimizer.py:1339-1376): the
-  later stages gather their whole stage in one collective at the start of the step.
+  later stages gather their whole stage in one collective at the start of the step;
+* the gradient buffer's own passes on the compute stream: it is zeroed at the start of every
+  step (``zero_grad_buffer``, megatron/training/training.py:584-585 -> ``grad_data.zero_()``,
+  param_and_grad_buffer.py:503-508: one write of the stage's reduce-dtype gradients), and
+  before each bucket's reduction ``start_grad_sync`` takes its L2 norm when ``grad_nan_check``
+  (``check_for_nan_in_grad``, :109-118: one read) and multiplies it by 1/dp when
+  ``grad_prescale`` (``gradient_scaling_factor``, :120-123 and distributed_data_parallel.py:147-158
+  without ``average_in_collective``: a read and a write); the reduction starts after them.
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ class ZeroState:
     buckets: list[Bucket] = field(default_factory=list)  # bucketing megatron-core: reduction buckets
     launch_units: list[int | None] = field(default_factory=list)  # ... the unit whose last backward launches each
     reduced: set[int] = field(default_factory=set)  # ... whose reduction is emitted
+    zeroed: bool = False  # bucketing megatron-core: the gradient buffer's zeroing is emitted
 
 
 @dataclass
@@ -211,6 +219,11 @@ class BucketedZero(Strategy[ZeroState]):
         if state.wait:
             deps = [*deps, *state.wait]
             state.wait = []
+        if self._megatron and not state.zeroed:  # zero_grad_buffer() before the step's first forward
+            state.zeroed = True
+            elements = self.layout.params_of_stage(emit.stage)
+            zeroing = emit.memory_pass("zero_grad_buffer", elements * grad_reduce_bytes(self.scenario), elements, [])
+            deps = [*deps, zeroing]
         if phase == "fwd" and state.gather_buckets and unit not in state.gated:
             state.gated.add(unit)
             index = next((i for i, (units, _) in enumerate(state.gather_buckets) if unit in units), None)
@@ -240,9 +253,17 @@ class BucketedZero(Strategy[ZeroState]):
             self._reduce(emit, count * bucket, count, [task], key=(mb, unit))
             state.pending -= count * bucket
 
+    def _bucket_passes(self) -> int:
+        """Passes over a bucket before its reduction (module docstring): norm 1, prescale 2."""
+        zero = self.scenario.parallelism.zero
+        return (1 if zero.grad_nan_check else 0) + (2 if zero.grad_prescale else 0)
+
     def _reduce(self, emit: RankEmitter[ZeroState], elements: float, count: int, deps: list[int],
                 key: Hashable) -> None:
         nbytes = elements * grad_reduce_bytes(self.scenario) / count
+        passes = self._bucket_passes() if self._megatron else 0
+        if passes:
+            deps = [emit.memory_pass("bucket.grad_checks", passes * nbytes * count, elements, deps)]
         op = self._reduce_op
         tid = emit.collective(Collective(f"zero.{op}", op, self.grad_axis, nbytes, stream="dp", key=key,
                                          count=count), deps)
