@@ -173,3 +173,56 @@ def test_wide_heads_widen_q_k_v_and_the_attention_output():
     base = layer_activation_bytes(**common)
     assert layer_activation_bytes(**common, head_dim=128) == base
     assert layer_activation_bytes(**common, head_dim=256) - base == 8_388_608
+
+
+def test_forward_workspace_is_the_mlp_working_set_under_recomputation():
+    """A block forward that keeps too little to hold its temporaries (full recomputation,
+    torchtitan's op policy) holds the MLP's working set while it runs: tokens * (3F/t + 2h) * e
+    with SwiGLU. Llama 3.1 70B, 16 x 8192 = 131 072 tokens, F = 28 672, h = 8192, t = 8, bf16:
+    131072 * (10752 + 16384) * 2 = 7 113 539 584 bytes. GELU, F = 4h = 16 384 at h = 4096, t = 1,
+    4096 tokens: 4096 * (2*16384 + 2*4096) * 2 = 335 544 320. Without recomputation, and under
+    Megatron's selective recomputation (the MLP's tensors kept), none: 0."""
+    from simulator.costs.memory import forward_workspace_bytes
+
+    llama70 = dict(tokens=131072, hidden=8192, ffn_hidden=28672, mlp="swiglu", tp=8, act_bytes=2)
+    assert forward_workspace_bytes(**llama70, recompute="full") == 7113539584
+    assert forward_workspace_bytes(**llama70, recompute="selective-op") == 7113539584
+    assert forward_workspace_bytes(**llama70, recompute="none") == 0.0
+    assert forward_workspace_bytes(**llama70, recompute="selective") == 0.0
+    assert forward_workspace_bytes(tokens=4096, hidden=4096, ffn_hidden=16384, mlp="gelu", tp=1, act_bytes=2,
+                                   recompute="full") == 335544320
+
+
+def test_forward_working_set_stays_cached_beside_what_the_forwards_keep():
+    """Two block forwards, each holding an 8 U working set (U = 128 MiB, a multiple of 2 MiB, so
+    a segment is its request) and keeping 1 U made while the set is live, then a 9 U loss
+    request. The second forward reuses the first's freed set whole; each kept 1 U takes its own
+    segment (no free block while the set is live): 8 + 1 + 1 = 10 U. The 9 U request fits in no
+    cached block (the 8 U set is one segment): a new segment, 19 U reserved while at most
+    1 + 1 + 9 = 11 U are allocated. Kept made after the set is freed instead would be carved
+    from it, and the next forward's 8 U would need a new segment each time."""
+    from simulator.results.reserved import reserved_peak
+    from simulator.results.rows import Row
+
+    u = 128 * 2.0**20
+    rows = [Row(0, "compute", f"fwd.block{i}", "compute", i, i + 1.0, None,
+                ((i, 8 * u, "activations"), (i + 0.5, u, "activations"), (i + 1.0, -8 * u, "activations")))
+            for i in (0.0, 1.0)]
+    rows.append(Row(0, "compute", "fwd.logits", "compute", 2.0, 3.0, None,
+                    ((2.0, 9 * u, "activations"), (3.0, -9 * u, "activations"))))
+    assert reserved_peak({}, rows[:2], 80 * 2**30) == 10 * u
+    assert reserved_peak({}, rows, 80 * 2**30) == 19 * u
+
+
+def test_fused_forward_keeps_its_bytes_while_its_working_set_is_live():
+    """fuse() lays a job with a working set out as: the set allocated at the job's start, what
+    it keeps halfway through its last compute step, the set freed at its end. Two compute steps
+    of 1 s and 3 s: +W at 0, kept at 1 + 3/2 = 2.5 s, -W at 4 s."""
+    from simulator.ir import MemDelta
+    from simulator.workload.fusion import Job, fuse
+    from simulator.workload.steps import ComputeStep, TimedStep
+
+    steps = [TimedStep(ComputeStep("a", ()), 1.0), TimedStep(ComputeStep("b", ()), 3.0)]
+    macro = fuse([Job("block", "fwd", 0, steps, 0.0, 5.0, 7.0)], lambda *a: None, {}, 0.0)  # type: ignore[arg-type,return-value]
+    assert macro.mem == (MemDelta(False, 7.0, "activations", 0.0), MemDelta(False, 5.0, "activations", 2.5),
+                         MemDelta(False, -7.0, "activations", 4.0))

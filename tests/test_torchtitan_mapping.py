@@ -116,3 +116,17 @@ def test_op_policy_backward_rebuilds_what_it_did_not_keep():
         sizes = ActivationSizes.of(_llama(compile_, recompute="selective-op"))
         assert sizes.per_layer == 1024 * (55424 if compile_ else 63616)
         assert sizes.backward_workspace == 1024 * per_token
+
+
+def test_block_forward_holds_the_mlp_working_set_under_recomputation():
+    """Llama 3 8B, T = 1024, tp = 1, bf16: a block forward under the op policy or full
+    recomputation holds (3F + 2h) * 2 = (43008 + 8192) * 2 = 102400 bytes per token, the MLP's
+    gate, up, product, input and output; the embedding and logits hold none; without
+    recomputation every one of those tensors is kept (0)."""
+    from simulator.workload.activations import ActivationSizes
+
+    for recompute in ("selective-op", "full"):
+        sizes = ActivationSizes.of(_llama(True, recompute=recompute))
+        assert sizes.forward_working_set("block") == 1024 * 102400
+        assert sizes.forward_working_set("logits") == sizes.forward_working_set("embedding") == 0.0
+    assert ActivationSizes.of(_llama(True)).forward_working_set("block") == 0.0

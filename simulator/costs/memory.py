@@ -28,6 +28,7 @@ __all__ = [
     "embedding_activation_bytes",
     "logits_activation_bytes",
     "backward_workspace_bytes",
+    "forward_workspace_bytes",
     "block_matmuls",
     "op_policy_saved_matmuls",
     "op_policy_kept_matmuls",
@@ -258,6 +259,36 @@ def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp
     """
     ffn_width = (3 if mlp == "swiglu" else 2) * ffn_hidden / tp
     return tokens * (ffn_width + 2 * hidden) * act_bytes + recomputed_layer_bytes
+
+
+def forward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp: str, tp: int, act_bytes: int,
+                            recompute: str) -> float:
+    """Transient bytes one transformer layer's forward holds on one rank while it runs, beyond
+    what it keeps, when it keeps too little for them to be among the stored activations: under
+    full recomputation (the block runs inside a checkpoint that saves only its input) and
+    torchtitan's op policy (the MLP's w3 output and product are not saved). Its largest live set
+    is the MLP's: its input and output, ``h`` wide over all of the rank's tokens (the all-gathered
+    input of the column-parallel w1/w3 and the row-parallel w2's partial sum before its
+    reduce-scatter under tensor/sequence parallelism) and the gate, up and their product
+    (``3F/t`` with SwiGLU, ``F/t`` in and out with GELU, ``2F/t``): ``tokens * (ffn_width + 2h)
+    * act_bytes``, the tensors :func:`backward_workspace_bytes` counts for the backward (whose
+    gradients have the same shapes). Each is freed once its consumers have run
+    (non-reentrant ``torch.utils.checkpoint`` drops what the forward would save; torchtitan wraps
+    each block in it, ``ptd_checkpoint_wrapper``, pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b
+    torchtitan/parallelisms/parallelize_llama.py:232 and :259-263), so the set is transient: it
+    does not raise the allocated peak (a block's backward holds at least as much), but the CUDA
+    caching allocator keeps the segments it took cached and, as what the forward keeps is
+    allocated while it is live, cannot hand them to the loss's or the backward's larger
+    requests (``get_free_block`` serves a request only from one free block, never across
+    segments: :mod:`simulator.costs.allocator`). Without recomputation every one of those tensors
+    is kept (0 here).
+
+    Llama 3.1 70B, 131,072 tokens (16 x 8192), tp 8, bf16: ``131072 * (3*28672/8 + 2*8192) * 2
+    = 131072 * 27136 * 2 = 7,113,539,584`` bytes (6.625 GiB)."""
+    if recompute not in ("full", "selective-op"):
+        return 0.0
+    return backward_workspace_bytes(tokens=tokens, hidden=hidden, ffn_hidden=ffn_hidden, mlp=mlp, tp=tp,
+                                    act_bytes=act_bytes)
 
 
 def loss_workspace_bytes(*, tokens: float, vocab: int, tp: int = 1, cross_entropy: str = "fused") -> float:

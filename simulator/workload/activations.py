@@ -16,6 +16,7 @@ from simulator.costs.memory import (
     ModelStateBytes,
     backward_workspace_bytes,
     embedding_activation_bytes,
+    forward_workspace_bytes,
     layer_activation_bytes,
     logits_activation_bytes,
     loss_forward_transient_bytes,
@@ -89,7 +90,9 @@ class ActivationSizes:
     """Bytes one rank stores per micro-batch (``per_layer`` under the recompute policy,
     ``full_layer`` without it), the transient ``backward_workspace`` of one block and the
     ``loss_workspace`` of the logits unit's backward; ``loss_transient``, what the logits
-    unit's forward holds from its start to its end beyond what it keeps."""
+    unit's forward holds from its start to its end beyond what it keeps; ``forward_workspace``,
+    the working set a block's forward holds while it runs when it keeps too little for it
+    (:func:`~simulator.costs.memory.forward_workspace_bytes`)."""
 
     per_layer: float
     full_layer: float
@@ -99,6 +102,7 @@ class ActivationSizes:
     loss_workspace: float = 0.0
     loss_transient: float = 0.0
     moe_layer: float = 0.0  # an MoE block's stored bytes (per_layer is a dense block's)
+    forward_workspace: float = 0.0
 
     @classmethod
     def of(cls, scenario: Scenario) -> ActivationSizes:
@@ -133,7 +137,10 @@ class ActivationSizes:
         loss = loss_workspace_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp, cross_entropy=train.cross_entropy)
         transient = loss_forward_transient_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp,
                                                  cross_entropy=train.cross_entropy, logits_bytes=shard.elem)
-        return cls(stored, full, workspace, embedding, logits, loss, transient, moe_layer_bytes(scenario, layer))
+        forward = forward_workspace_bytes(tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp,
+                                          tp=shard.tp, act_bytes=shard.elem, recompute=train.recompute)
+        return cls(stored, full, workspace, embedding, logits, loss, transient, moe_layer_bytes(scenario, layer),
+                   forward)
 
     def stored(self, kind: str, moe: bool = False) -> float:
         """Bytes a unit of ``kind`` stores for its backward (``moe``: an MoE block)."""
@@ -144,6 +151,11 @@ class ActivationSizes:
     def forward_transient(self, kind: str) -> float:
         """Bytes a unit's forward holds beside what it keeps, freed at its end."""
         return self.loss_transient if kind == "logits" else 0.0
+
+    def forward_working_set(self, kind: str) -> float:
+        """Bytes a unit's forward holds while it runs and frees at its end, what it keeps
+        allocated meanwhile (a block's ``forward_workspace``; 0 for the others)."""
+        return self.forward_workspace if kind == "block" else 0.0
 
     def workspace(self, kind: str) -> float:
         """Transient bytes of a unit's backward beyond what it stored."""

@@ -38,7 +38,11 @@ CommTime = Callable[[str, tuple[int, ...], float], CommCost]
 @dataclass(frozen=True)
 class Job:
     """One layer pass to run: its steps, and the activation bytes allocated at its start and
-    changed at its end. ``phase`` is fwd, bwd or recompute (a full recomputation's forward)."""
+    changed at its end. ``phase`` is fwd, bwd or recompute (a full recomputation's forward).
+    ``held``: a working set allocated at its start and freed at its end; with one, ``mem_end``
+    changes halfway through the last compute step instead, while the set is still live (what
+    a forward keeps is made before its temporaries are freed, so it never lands in their
+    freed memory)."""
 
     kind: str
     phase: str
@@ -46,6 +50,7 @@ class Job:
     steps: list[TimedStep]
     mem_start: float
     mem_end: float
+    held: float = 0.0
 
 
 def job_label(kind: str, phase: str, layer: int) -> str:
@@ -97,6 +102,9 @@ def fuse(jobs: list[Job], comm_time: CommTime, groups: dict[str, tuple[int, ...]
         label = job_label(job.kind, job.phase, job.layer)
         if job.mem_start:
             mem.append(MemDelta(False, job.mem_start, "activations", t))
+        if job.held:
+            mem.append(MemDelta(False, job.held, "activations", t))
+        last_compute_s = t
         pending: list[tuple[str, float]] = []
         for timed in job.steps:
             step = timed.step
@@ -114,6 +122,7 @@ def fuse(jobs: list[Job], comm_time: CommTime, groups: dict[str, tuple[int, ...]
                     exposed[step.axis] = exposed.get(step.axis, 0.0) + duration
                 continue
             longest_axis, longest = max(pending, key=lambda p: p[1], default=("tp", 0.0))
+            last_compute_s = t
             # the kernel's slice lasts as long as it runs, slowed while the collective beside it runs
             parts.append(FusedPart(f"{label}.{step.name}", "compute", t,
                                    overlapped_kernel_time_s(timed.duration_s, longest, slowdown), "", 0.0, 1,
@@ -129,5 +138,7 @@ def fuse(jobs: list[Job], comm_time: CommTime, groups: dict[str, tuple[int, ...]
             t += d
             exposed[axis] = exposed.get(axis, 0.0) + d
         if job.mem_end:
-            mem.append(MemDelta(False, job.mem_end, "activations", t))
+            mem.append(MemDelta(False, job.mem_end, "activations", (last_compute_s + t) / 2 if job.held else t))
+        if job.held:
+            mem.append(MemDelta(False, -job.held, "activations", t))
     return Macro(t, compute, comm, exposed, flops, tuple(parts), tuple(mem), bool(comm))

@@ -74,7 +74,8 @@ class LayerEmitter:
         stored = self.activations.stored(kind, moe)
         if phase == "fwd":  # a transient (the loss's logits and their copy) from the start, kept part at the end
             transient = self.activations.forward_transient(kind)
-            return [Job(kind, "fwd", layer, self.steps(kind, "fwd", moe), transient, stored - transient)]
+            held = self.activations.forward_working_set(kind)  # a block's working set, beside what it keeps
+            return [Job(kind, "fwd", layer, self.steps(kind, "fwd", moe), transient, stored - transient, held)]
         jobs = []
         if kind == "block" and self.sc.training.recompute == "full":
             jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd", moe), 0.0, 0.0))
@@ -120,8 +121,13 @@ class LayerEmitter:
             mem: list[MemDelta] = []
             if seen == 1 and job.mem_start:
                 mem.append(MemDelta(False, job.mem_start, "activations"))
-            if seen == n_compute and job.mem_end:
-                mem.append(MemDelta(True, job.mem_end, "activations"))
+            if seen == 1 and job.held:
+                mem.append(MemDelta(False, job.held, "activations"))
+            if seen == n_compute and job.mem_end:  # with a working set: while it is live (see Job)
+                mem.append(MemDelta(False, job.mem_end, "activations", step_timed.duration_s / 2) if job.held
+                           else MemDelta(True, job.mem_end, "activations"))
+            if seen == n_compute and job.held:
+                mem.append(MemDelta(True, -job.held, "activations"))
             tid = emit.compute(f"{label}.{step.name}", step_timed.duration_s, list(deps), mem=tuple(mem),
                                info=TaskInfo(phase=phase, mb=mb, layer=layer, chunk=chunk.index,
                                              flops=step_timed.flops, kernels=step_timed.kernels))
