@@ -94,7 +94,8 @@ class MoeRouting(Frozen):
 def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     """The MoE rules of a scenario (``model``, ``parallelism``, ``training`` sections). Expert
     parallelism folds over the ranks of a pipeline stage as Megatron-Core's expert rank generator
-    does (parallel_state.py:871-890 at d98e8a6): etp x ep x edp = world / pp."""
+    does (parallel_state.py:870-890 at d98e8a6): etp x ep x edp = world / pp, attention keeping
+    tp x cp x dp = world / pp; etp defaults to tp (parallel_state.py:871-872)."""
     etp, per_stage = par.expert_tp, world_size // par.pp
     if model.mla is not None:
         unsupported = [(par.tp > 1, "tp > 1", "parallelism.tp"), (par.cp > 1, "cp > 1", "parallelism.cp"),
@@ -108,9 +109,10 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
         if par.ep > 1 or par.etp is not None:
             raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)", field="parallelism.ep")
         return
-    if par.tp > 1 or etp > 1:
-        raise InfeasibleError("tensor parallelism of MoE layers (tp or etp > 1) is not modelled yet: use tp 1 "
-                              "with ep (and cp, dp, pp)", field="parallelism.tp")
+    if par.tp > 1 and not par.sequence_parallel:
+        raise InfeasibleError(f"an MoE model with tp={par.tp} needs parallelism.sequence_parallel: true (Megatron-Core "
+                              "refuses MoE with tensor parallelism without it, moe_layer.py:636 at d98e8a6)",
+                              field="parallelism.sequence_parallel")
     if training.recompute == "selective-op":
         raise InfeasibleError("selective-op recomputation of MoE layers is not modelled: use none, selective or "
                               "full", field="training.recompute")
@@ -119,7 +121,8 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     if per_stage % (par.ep * etp):
         raise InfeasibleError(
             f"ep*etp = {par.ep}*{etp} = {par.ep * etp} does not divide the ranks of a pipeline stage, "
-            f"world/pp = {world_size}/{par.pp} = {per_stage}", field="parallelism.ep")
+            f"world/pp = {world_size}/{par.pp} = {per_stage}",
+            field="parallelism.etp" if par.etp is not None and per_stage % par.ep == 0 else "parallelism.ep")
     if model.expert_ffn % etp:
         raise InfeasibleError(f"etp={etp} does not divide model.expert_ffn_hidden={model.expert_ffn}",
                               field="parallelism.etp")
