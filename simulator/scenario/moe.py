@@ -83,6 +83,10 @@ class MoeRouting(Frozen):
         "the per-expert load's coefficient of variation is about sqrt(skew)")
     seed: int = Field(0, ge=0, description="seed of the per-micro-batch token-count draws")
     samples: PositiveInt = Field(16, description="micro-batch draws averaged (and whose spread is reported)")
+    seeds: PositiveInt = Field(
+        8, description="routing draws repeated with seeds seed, seed+1, ..., seed+seeds-1 (samples micro-batches "
+        "each) for the Result's spread of the imbalance slowdown over seeds (mean, p10, p90); the simulated step "
+        "uses the first. samples x seeds is bounded by the routing_draws limit")
     histogram: list[float] | None = Field(
         None, description="fixed fractions of the routed tokens per expert (one per expert, summing to 1); "
         "overrides skew")

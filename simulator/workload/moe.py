@@ -35,11 +35,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from simulator.costs.moe import RoutingImbalance, routing_imbalance
+from simulator.costs.moe import RoutingImbalance, SeedSpread, routing_imbalance, spread_over_seeds
 from simulator.scenario.spec import ModelSpec, Scenario
 from simulator.workload.model import Kernel, Shard, _gemm, _memory
 
-__all__ = ["MoeShape", "moe_shape", "moe_mlp_forward", "with_moe_mlp", "imbalance_of", "EXPERT_KERNELS",
+__all__ = ["MoeShape", "moe_shape", "moe_mlp_forward", "with_moe_mlp", "imbalance_of", "imbalance_over_seeds",
+           "EXPERT_KERNELS",
            "MOE_MLP_KERNELS", "forward_name", "is_moe_mlp"]
 
 # the routed experts' kernels: the imbalance scales these, the all-to-alls sit around them
@@ -79,6 +80,16 @@ def imbalance_of(scenario: Scenario, seed: int | None = None) -> RoutingImbalanc
     hist = None if r.histogram is None else tuple(r.histogram)
     return _imbalance(m.experts, par.ep, tokens, m.top_k, r.skew, r.seed if seed is None else seed, r.samples, hist,
                       m.capacity_factor)
+
+
+def imbalance_over_seeds(scenario: Scenario) -> SeedSpread:
+    """The routing-skew model redrawn with seeds ``seed .. seed + seeds - 1`` (analytic: no
+    simulation per seed); the first is :func:`imbalance_of`'s. Balance and a fixed histogram
+    draw nothing: every seed has the same factor."""
+    r = scenario.training.moe_routing
+    n = 1 if r.histogram is not None or r.skew == 0 else r.seeds
+    factors = [imbalance_of(scenario, r.seed + i).factor for i in range(n)]
+    return spread_over_seeds(factors * (r.seeds // n))
 
 
 @lru_cache(maxsize=64)
