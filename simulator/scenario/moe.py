@@ -75,7 +75,11 @@ class MoeRouting(Frozen):
     skew 0.01 is a 10% spread. A ``histogram`` (fractions of the routed tokens per expert,
     summing to 1) fixes the shares instead. ``aux_loss_coeff`` is recorded only: no source
     we have maps the load-balancing loss coefficient to a load distribution, so it sets no
-    skew (give ``skew`` or ``histogram``).
+    skew (give ``skew`` or ``histogram``). The Switch Transformer defines the loss,
+    alpha x N x sum_i f_i x P_i, and picks alpha = 1e-2 from a sweep by model quality (Fedus
+    et al., arXiv:2101.03961 §2.2); neither it, GShard (arXiv:2006.16668, Algorithm 1) nor DeepSeek-V3
+    (which replaces the loss by a bias update, arXiv:2412.19437 §2.1.2) states the per-expert
+    load spread a coefficient leads to: that depends on the data and the training run.
     """
 
     skew: float = Field(
