@@ -135,6 +135,16 @@ def test_inconsistent_layouts_name_their_field(par: dict, field: str) -> None:
     assert err.value.field == field
 
 
+def test_etp_on_a_dense_model_names_etp() -> None:
+    """A dense model (Mixtral's shape without experts) given only etp: the error names etp."""
+    dense = {k: v for k, v in MIXTRAL.items() if k not in ("experts", "experts_per_token")}
+    with pytest.raises(InfeasibleError) as err:
+        Scenario.model_validate({"model": dense, "cluster": {"node": "p5.48xlarge", "nodes": 2},
+                                 "parallelism": {"tp": 2, "sequence_parallel": True, "etp": 2},
+                                 "training": {"global_batch": 32, "micro_batch": 1}})
+    assert err.value.field == "parallelism.etp"
+
+
 def test_symmetric_simulation_matches_every_rank() -> None:
     """tp 2, ep 4, etp 2 (ep groups span ranks 0..7 of a node, the edp pairs both nodes): simulating
     one rank per stage gives the step every-rank simulation gives."""

@@ -115,7 +115,8 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
                 raise InfeasibleError(f"multi-head latent attention with {what} is not modelled", field=field)
     if not model.moe:
         if par.ep > 1 or par.etp is not None:
-            raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)", field="parallelism.ep")
+            raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)",
+                                  field="parallelism.ep" if par.ep > 1 else "parallelism.etp")
         return
     if par.tp > 1 and not par.sequence_parallel:
         raise InfeasibleError(f"an MoE model with tp={par.tp} needs parallelism.sequence_parallel: true (Megatron-Core "
