@@ -98,6 +98,22 @@ print(f"\n{len(fits)} of {len(by_layout)} expert-parallel sizes fit in memory"
          if best else "."))
 
 # %% [markdown]
+# ## Tensor and expert tensor parallelism
+#
+# With tp 2 (and sequence parallelism, which Megatron-Core requires with MoE) attention is split
+# over GPU pairs while the experts fold the same 8 GPUs of a stage into etp x ep x expert-dp.
+# etp 1 keeps each expert whole on its GPU and exchanges tokens over ep only; etp 2 splits each
+# expert's FFN over a pair, adding an all-gather and a reduce-scatter of the routed tokens over
+# the pair around the experts, and halves the expert memory per GPU.
+
+# %%
+by_tp = {f"tp 2, ep {ep}, etp {etp}": run(variant(parallelism={"tp": 2, "sequence_parallel": True, "ep": ep,
+                                                                  "etp": etp, "pp": 2}))
+         for ep, etp in ((8, 1), (4, 1), (4, 2))}
+for name, r in by_tp.items():
+    print(describe(name, r, baseline) + f"  expert dp {r.moe.edp}  peak {r.peak_memory_bytes / 2**30:5.1f} GiB")
+
+# %% [markdown]
 # ## The network under the all-to-all
 #
 # Qwen3-30B-A3B has 128 experts, so on the same two nodes ep can be 8 (each expert group one
@@ -147,9 +163,9 @@ figures.add("network", fig)
 # A real router does not spread tokens evenly. `training.moe_routing.skew` draws each
 # micro-batch's per-expert token counts from a seeded distribution (0 = perfect balance);
 # the busiest expert's GEMMs and the largest all-to-all message set the pace of each MoE
-# layer. Three seeds per skew give the spread (perfect balance needs one). (The MoE-specific
-# Result fields, such as the expected slowdown against perfect balance that dtsim reports,
-# say the same per run; here only the step time is compared.)
+# layer. Three seeds per skew give the spread of the simulated step (perfect balance needs one).
+# Each Result also reports the spread over `training.moe_routing.seeds` redraws (8 by default)
+# without simulating them: the slowdown's p10 and p90 and the time above balance they imply.
 
 # %%
 SKEWS = (0.0, 0.1, 0.25, 0.5)
@@ -168,6 +184,10 @@ print(f"\nAt skew {worst} routing imbalance costs {mean_worst / balanced - 1:+.1
       f"{len(SEEDS)} seeds (spread {min(r.step_time_s for r in by_skew[worst]) / balanced - 1:+.1%} .. "
       f"{max(r.step_time_s for r in by_skew[worst]) / balanced - 1:+.1%}); MFU on active parameters falls from "
       f"{by_skew[0.0][0].mfu:.1%} to {sum(r.mfu for r in by_skew[worst]) / len(SEEDS):.1%}.")
+spread = by_skew[worst][0].moe
+print(f"The Result's own spread over {spread.imbalance_seeds} routing seeds (analytic, one simulation): slowdown of the "
+      f"expert phase x{spread.imbalance_slowdown_p10:.3f} (p10) to x{spread.imbalance_slowdown_p90:.3f} (p90), "
+      f"{spread.imbalance_s_p10:.2f} to {spread.imbalance_s_p90:.2f} s above balance per step.")
 
 # %%
 fig = go.Figure()

@@ -57,6 +57,7 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("seq_len", 2**24, "tokens", "sequence length of the model"),
     Limit("global_batch", 2**24, "sequences", "sequences of one optimizer step"),
     Limit("tokens_per_step", 2**33, "tokens", "global batch x sequence length"),
+    Limit("routing_draws", 65_536, "draws", "MoE routing-skew draws of one run (training.moe_routing.samples x seeds)"),
     Limit("tasks", 2_000_000, "tasks", "tasks of one simulated program (layers x micro-batches x simulated ranks)"),
     Limit("engine_events", 20_000_000, "events", "events the discrete-event engine processes in one run"),
     Limit("sim_samples", 1_000, "iterations", "seeded iterations of one run (sim.samples), each a whole simulation"),

@@ -138,7 +138,7 @@ def _link_classes(setup: ClusterSetup, block_nodes: int | None) -> tuple[LinkCla
 def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result) -> MoeSummary:
     """The MoE summary of the simulated rank whose routed experts and all-to-alls take longest
     (a pipeline stage of dense layers only, e.g. DeepSeek-V3's first, has none)."""
-    from simulator.workload.moe import imbalance_of
+    from simulator.workload.moe import imbalance_of, imbalance_over_seeds
 
     experts_of: dict[int, float] = {}
     a2a_of: dict[int, float] = {}
@@ -153,7 +153,8 @@ def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result
     imb, counts = imbalance_of(scenario), workload.layout.counts
     return moe_summary(params_total=counts.total, params_active=counts.active, ep=scenario.parallelism.ep,
                        edp=scenario.edp, factor=imb.factor, spread=imb.spread, dropped=imb.dropped_fraction,
-                       expert_compute_s=experts, all_to_all_s=a2a, step_time_s=result.step_time_s)
+                       expert_compute_s=experts, all_to_all_s=a2a, step_time_s=result.step_time_s,
+                       seeds=imbalance_over_seeds(scenario))
 
 
 def _rows(program: Program, run: EngineRun) -> list[Row]:

@@ -144,7 +144,8 @@ def test_moe_layers_rule() -> None:
 
 @pytest.mark.parametrize(("over", "field"), [
     ({"parallelism__ep": 3}, "parallelism.ep"),   # 3 divides neither 8 experts nor 16 ranks
-    ({"parallelism__tp": 2}, "parallelism.tp"),
+    ({"parallelism__tp": 2}, "parallelism.sequence_parallel"),  # Megatron-Core: MoE with tp needs SP
+    ({"parallelism__etp": 4}, "parallelism.etp"),  # ep*etp = 8*4 = 32 does not divide 16 ranks
 ])
 def test_bad_layouts_name_their_field(over: dict, field: str) -> None:
     with pytest.raises(InfeasibleError) as err:

@@ -19,17 +19,21 @@ def _record(record_id: str) -> dict:
 def test_step_time_from_tokens_per_gpu():
     """Qwen3-235B-A22B, 25.11 table, DGX-H100: GBS 2048 x seq 4096 = 8,388,608 tokens a step at
     1575 tokens/s/GPU on 256 GPUs (403,200 tokens/s): 20.8051 s. TP 2 x PP 8 x CP 1 leaves dp 16;
-    VP 4 is the interleaved schedule with 4 chunks per rank; tp > 1 turns on sequence parallelism;
+    VP 4 is the interleaved schedule with 4 chunks per rank; tp > 1 turns on sequence parallelism; etp 1
+    (NeMo's recipes);
     FP8-CS is the tensorwise recipe; force-balanced routing is skew 0."""
     run = moe_runs._megatron_bridge(_record("moe_mbridge_2511_h100_qwen3_235b_a22b"))
     assert run.step_s == pytest.approx(2048 * 4096 / (1575 * 256)) and run.step_s == pytest.approx(20.8051, abs=1e-4)
     sc = run.scenario
     assert sc["framework"] == "nemo" and sc["cluster"] == {"node": "dgx-h100", "nodes": 32}
     assert sc["model"] == {"preset": "qwen3-235b-a22b", "seq_len": 4096}
-    assert sc["parallelism"] == {"tp": 2, "pp": 8, "cp": 1, "dp": 16, "ep": 32, "pipeline_schedule": "interleaved",
+    assert sc["parallelism"] == {"tp": 2, "pp": 8, "cp": 1, "dp": 16, "ep": 32, "etp": 1,
+                                 "pipeline_schedule": "interleaved",
                                  "virtual_stages": 4, "sequence_parallel": True}
     assert sc["training"] == {"micro_batch": 1, "global_batch": 2048, "moe_routing": {"skew": 0.0},
                               "precision": "fp8", "fp8": {"recipe": "tensorwise"}}
+    # EP 32 > 8 GPUs of a DGX-H100: the expert-parallel groups span nodes, simulated on the analytical network
+    assert sc["sim"] == {"network": "analytical"}
 
 
 def test_bf16_row_without_interleaving():
@@ -37,17 +41,21 @@ def test_bf16_row_without_interleaving():
     5,242,880 tokens at 5993 x 64 = 383,552 tokens/s: 13.6692 s."""
     run = moe_runs._megatron_bridge(_record("moe_mbridge_2602_h100_gpt_oss_120b"))
     assert run.step_s == pytest.approx(13.6692, abs=1e-4)
-    assert run.scenario["parallelism"] == {"tp": 1, "pp": 4, "cp": 1, "dp": 16, "ep": 8}
+    assert run.scenario["parallelism"] == {"tp": 1, "pp": 4, "cp": 1, "dp": 16, "ep": 8, "etp": 1}
     assert run.scenario["training"]["precision"] == "bf16" and "fp8" not in run.scenario["training"]
+    assert "sim" not in run.scenario  # EP 8: one node, the flow network
 
 
 def test_unsimulable_rows_are_listed_with_the_simulators_reason(monkeypatch):
-    """A row whose scenario the simulator refuses is listed with that refusal, not simulated; a
-    row it accepts is a MoeRun; the Megatron-Core one-line figure is listed as unstated."""
-    assert moe_runs.moe_run(_record("moe_mbridge_2511_h100_qwen3_235b_a22b")).startswith(
-        "not simulable in this build: parallelism.tp")
-    monkeypatch.setattr(moe_runs, "Scenario", types.SimpleNamespace(model_validate=lambda data: data))
+    """A row whose scenario the simulator refuses is listed with that refusal, not simulated (DeepSeek-V3's
+    25.09 row: 61 layers over PP 8 x VP 4 with no stated split, and multi-head latent attention
+    under TP 2 after that); a row it accepts is a MoeRun (Qwen3-235B-A22B at
+    TP 2, ETP 1); the Megatron-Core one-line figure is listed as unstated."""
     assert isinstance(moe_runs.moe_run(_record("moe_mbridge_2511_h100_qwen3_235b_a22b")), moe_runs.MoeRun)
+    assert moe_runs.moe_run(_record("moe_mbridge_2509_h100_deepseek_v3")).startswith(
+        "not simulable in this build: parallelism.pp: pp*virtual_stages = 8*4 = 32 does not divide model.layers=61")
+    monkeypatch.setattr(moe_runs, "Scenario", types.SimpleNamespace(model_validate=lambda data: data))
+    assert isinstance(moe_runs.moe_run(_record("moe_mbridge_2509_h100_deepseek_v3")), moe_runs.MoeRun)
     assert "not stated" in moe_runs.moe_run(_record("moe_mcore_v08_mixtral_8x7b"))
 
 

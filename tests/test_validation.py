@@ -48,10 +48,11 @@ THRESHOLDS = {
     "megatron-core": (0.087, 0.310),
     "megatron-sc21": (0.080, 0.120),
     "torchtitan": (0.075, 0.250),
-    # mixture of experts (issue 15, open): 4 Megatron-Bridge H100 rows simulated; gpt-oss-120b -3.8% / +14.5%,
+    # mixture of experts (issue 15, open): 6 Megatron-Bridge H100 rows simulated; gpt-oss-120b -3.8% / +14.5%,
     # qwen3-30b-a3b -32.5% / -30.8% (with model.head_dim: 37.2% / 35.7% fast when the heads were costed
-    # at hidden / heads)
-    "moe": (0.205, 0.330),
+    # at hidden / heads), qwen3-235b-a22b (tp 2, etp 1, EP 32 across nodes, analytical network)
+    # +37.1% / +33.3%: MAPE (3.8 + 32.5 + 14.5 + 30.8 + 37.1 + 33.3) / 6 = 25.3%
+    "moe": (0.255, 0.375),
 }
 # from 1 MiB: 5.7% MAPE, worst -18.2% at 16 MiB (tree/Simple too fast at 8 and 16 MiB; the issue asks 10%)
 COLLECTIVES = (0.060, 0.185)
@@ -71,7 +72,7 @@ def test_every_source_is_validated(validation):
     summary = validation.summary()["per_source"]
     assert set(summary) == set(THRESHOLDS)
     assert summary["megatron-sc21"]["records"] == 10 and summary["megatron-core"]["records"] == 9
-    assert summary["llm-foundry"]["records"] >= 60 and summary["moe"]["records"] == 4
+    assert summary["llm-foundry"]["records"] >= 60 and summary["moe"]["records"] == 6
     assert summary["torchtitan"]["records"] == 20
 
 

@@ -61,7 +61,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 # the name of a process group: a key of GROUPS or of _SPECIAL_GROUPS
-Axis = Literal["tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_replicate", "tp_cp", "embedding", "world", "ep", "edp"]
+Axis = Literal["tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_replicate", "tp_cp", "embedding", "world", "ep", "edp",
+               "etp", "tp_ep"]
 
 
 class Mesh:
@@ -211,10 +212,13 @@ class Mesh:
         return tuple(out)
 
     def expert_group(self, rank: int, kind: str) -> tuple[int, ...]:
-        """``rank``'s expert-parallel (``ep``) or expert data-parallel (``edp``) group, ascending."""
+        """``rank``'s expert-parallel (``ep``), expert tensor-parallel (``etp``), expert
+        tensor-and-expert-parallel (``tp_ep``, Megatron-Core's tp_ep group: etp x ep ranks) or
+        expert data-parallel (``edp``) group, ascending."""
         stage = self.stage_ranks(rank)
         i = stage.index(rank)
-        inner, outer = (self.etp, self.ep) if kind == "ep" else (self.etp * self.ep, len(stage) // (self.etp * self.ep))
+        inner, outer = {"ep": (self.etp, self.ep), "etp": (1, self.etp), "tp_ep": (1, self.etp * self.ep),
+                        "edp": (self.etp * self.ep, len(stage) // (self.etp * self.ep))}[kind]
         base = i - (i // inner) % outer * inner
         return tuple(sorted(stage[base + j * inner] for j in range(outer)))
 
@@ -248,6 +252,8 @@ _SPECIAL_GROUPS: Mapping[str, Callable[[Mesh, int], tuple[int, ...]]] = {
     "embedding": _embedding_group,
     "ep": lambda mesh, rank: mesh.expert_group(rank, "ep"),
     "edp": lambda mesh, rank: mesh.expert_group(rank, "edp"),
+    "etp": lambda mesh, rank: mesh.expert_group(rank, "etp"),
+    "tp_ep": lambda mesh, rank: mesh.expert_group(rank, "tp_ep"),
 }
 
 

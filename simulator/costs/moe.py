@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["expert_params", "moe_mlp_params", "dispatch_bytes_per_token", "expert_capacity", "RoutingImbalance",
-           "routing_imbalance", "expert_state_shards"]
+           "routing_imbalance", "expert_state_shards", "SeedSpread", "spread_over_seeds"]
 
 
 def expert_params(hidden: int, expert_ffn: int, mlp: str) -> int:
@@ -89,6 +89,24 @@ def routing_imbalance(*, experts: int, ep: int, tokens: float, top_k: int, skew:
     ratio = per_rank.max(axis=1) / balanced
     dropped = np.maximum(0.0, 1.0 - kept.sum(axis=1) / routed)
     return RoutingImbalance(float(ratio.mean()), float(ratio.std()), float(dropped.mean()), len(shares))
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """The imbalance factor of ``seeds`` routing draws (one per seed, each the mean over its
+    micro-batch samples): their mean and 10th / 90th percentiles (linear interpolation between
+    the sorted values, numpy's default: position q x (seeds - 1))."""
+
+    seeds: int
+    mean: float
+    p10: float
+    p90: float
+
+
+def spread_over_seeds(factors: list[float]) -> SeedSpread:
+    """:class:`SeedSpread` of per-seed factors."""
+    arr = np.asarray(factors, dtype=float)
+    return SeedSpread(len(factors), float(arr.mean()), float(np.percentile(arr, 10)), float(np.percentile(arr, 90)))
 
 
 def expert_state_shards(sharded: float, unsharded: float, edp: int) -> float:

@@ -94,7 +94,8 @@ def _count(data: dict[str, Any], section: str, key: str) -> int | None:
 
 def check_sizes(data: dict[str, Any]) -> None:
     """The counts of a resolved scenario mapping against :mod:`simulator.limits` (cluster nodes
-    and GPUs, model layers and sequence length, global batch and tokens per step), before
+    and GPUs, model layers and sequence length, global batch and tokens per step, MoE routing
+    draws), before
     validation: an absurd count must be reported as over its limit, not as whatever
     cross-field rule it happens to break first. Values of the wrong type are left to validation."""
     nodes = _count(data, "cluster", "nodes")
@@ -116,6 +117,13 @@ def check_sizes(data: dict[str, Any]) -> None:
         if seq_len is not None:
             limits.check("tokens_per_step", batch * seq_len, what=f"tokens per step ({batch:,} x {seq_len:,})",
                          field="training.global_batch")
+    training = data.get("training")
+    if isinstance(training, dict):
+        samples, seeds = _count(training, "moe_routing", "samples"), _count(training, "moe_routing", "seeds")
+        if samples is not None or seeds is not None:  # the defaults: 16 draws, 8 seeds
+            samples, seeds = samples or 16, seeds or 8
+            limits.check("routing_draws", samples * seeds, what=f"routing draws ({samples:,} samples x {seeds:,} "
+                         "seeds)", field="training.moe_routing.samples")
 
 
 def scenario_from_mapping(

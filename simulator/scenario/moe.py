@@ -75,7 +75,11 @@ class MoeRouting(Frozen):
     skew 0.01 is a 10% spread. A ``histogram`` (fractions of the routed tokens per expert,
     summing to 1) fixes the shares instead. ``aux_loss_coeff`` is recorded only: no source
     we have maps the load-balancing loss coefficient to a load distribution, so it sets no
-    skew (give ``skew`` or ``histogram``).
+    skew (give ``skew`` or ``histogram``). The Switch Transformer defines the loss,
+    alpha x N x sum_i f_i x P_i, and picks alpha = 1e-2 from a sweep by model quality (Fedus
+    et al., arXiv:2101.03961 §2.2); neither it, GShard (arXiv:2006.16668, Algorithm 1) nor DeepSeek-V3
+    (which replaces the loss by a bias update, arXiv:2412.19437 §2.1.2) states the per-expert
+    load spread a coefficient leads to: that depends on the data and the training run.
     """
 
     skew: float = Field(
@@ -83,6 +87,10 @@ class MoeRouting(Frozen):
         "the per-expert load's coefficient of variation is about sqrt(skew)")
     seed: int = Field(0, ge=0, description="seed of the per-micro-batch token-count draws")
     samples: PositiveInt = Field(16, description="micro-batch draws averaged (and whose spread is reported)")
+    seeds: PositiveInt = Field(
+        8, description="routing draws repeated with seeds seed, seed+1, ..., seed+seeds-1 (samples micro-batches "
+        "each) for the Result's spread of the imbalance slowdown over seeds (mean, p10, p90); the simulated step "
+        "uses the first. samples x seeds is bounded by the routing_draws limit")
     histogram: list[float] | None = Field(
         None, description="fixed fractions of the routed tokens per expert (one per expert, summing to 1); "
         "overrides skew")
@@ -94,7 +102,8 @@ class MoeRouting(Frozen):
 def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     """The MoE rules of a scenario (``model``, ``parallelism``, ``training`` sections). Expert
     parallelism folds over the ranks of a pipeline stage as Megatron-Core's expert rank generator
-    does (parallel_state.py:871-890 at d98e8a6): etp x ep x edp = world / pp."""
+    does (parallel_state.py:870-890 at d98e8a6): etp x ep x edp = world / pp, attention keeping
+    tp x cp x dp = world / pp; etp defaults to tp (parallel_state.py:871-872)."""
     etp, per_stage = par.expert_tp, world_size // par.pp
     if model.mla is not None:
         unsupported = [(par.tp > 1, "tp > 1", "parallelism.tp"), (par.cp > 1, "cp > 1", "parallelism.cp"),
@@ -106,11 +115,13 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
                 raise InfeasibleError(f"multi-head latent attention with {what} is not modelled", field=field)
     if not model.moe:
         if par.ep > 1 or par.etp is not None:
-            raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)", field="parallelism.ep")
+            raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)",
+                                  field="parallelism.ep" if par.ep > 1 else "parallelism.etp")
         return
-    if par.tp > 1 or etp > 1:
-        raise InfeasibleError("tensor parallelism of MoE layers (tp or etp > 1) is not modelled yet: use tp 1 "
-                              "with ep (and cp, dp, pp)", field="parallelism.tp")
+    if par.tp > 1 and not par.sequence_parallel:
+        raise InfeasibleError(f"an MoE model with tp={par.tp} needs parallelism.sequence_parallel: true (Megatron-Core "
+                              "refuses MoE with tensor parallelism without it, moe_layer.py:636 at d98e8a6)",
+                              field="parallelism.sequence_parallel")
     if training.recompute == "selective-op":
         raise InfeasibleError("selective-op recomputation of MoE layers is not modelled: use none, selective or "
                               "full", field="training.recompute")
@@ -119,7 +130,8 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     if per_stage % (par.ep * etp):
         raise InfeasibleError(
             f"ep*etp = {par.ep}*{etp} = {par.ep * etp} does not divide the ranks of a pipeline stage, "
-            f"world/pp = {world_size}/{par.pp} = {per_stage}", field="parallelism.ep")
+            f"world/pp = {world_size}/{par.pp} = {per_stage}",
+            field="parallelism.etp" if par.etp is not None and per_stage % par.ep == 0 else "parallelism.ep")
     if model.expert_ffn % etp:
         raise InfeasibleError(f"etp={etp} does not divide model.expert_ffn_hidden={model.expert_ffn}",
                               field="parallelism.etp")

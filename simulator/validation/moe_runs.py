@@ -28,6 +28,12 @@ FP8_CS = ("FP8-CS: per-tensor FP8 with scaling factors computed in the current s
           "apply per-tensor FP8 quantization, leveraging scaling factors computed in the current step'): "
           "training.fp8.recipe tensorwise")
 
+GPUS_PER_DGX = 8  # DGX-H100: 8 H100 (topologies/nodes/dgx-h100.yaml)
+NEMO_ETP = ("NeMo 2's recipes for every MoE model of the table set expert_tensor_parallel_size = 1 "
+            "(NVIDIA/NeMo@8cfedd7203462cb251a914e700e5605444277561 nemo/collections/llm/recipes/qwen3.py:133, "
+            "qwen3_30b_a3b.py:232, qwen3_235b_a22b.py:234, gpt_oss_120b.py:93, deepseek_v3.py:116); Megatron-Core's "
+            "default etp = tp would not fit the TP 2 rows (ep x etp = 2 x EP exceeds the ranks of a pipeline stage)")
+
 
 class MoeRun:
     """One mapped record: scenario, measured step time and metric, stated / assumed notes."""
@@ -58,19 +64,27 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
     gpus, seq = hw["gpus_total"], m["seq_len"]
     tp, pp, cp, ep = par["tp"], par["pp"], par.get("cp") or 1, par["ep"]
     vp = par.get("virtual_pp") or 1
-    parallelism: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "ep": ep}
+    parallelism: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "ep": ep, "etp": 1}
     stated = [f"{gpus} H100 (DGX-H100), TP {tp}, PP {pp}, CP {cp}, VP {par.get('virtual_pp') or 'n/a'}, EP {ep}, "
               f"FSDP 0, GBS {batch['global_batch']}, MBS {batch['micro_batch']}, sequence {seq} ({r['source']['location']})",
               "token-dropless (capacity_factor null, as the preset) with the token distribution force-balanced among "
               "experts: training.moe_routing.skew 0 (table footnote)"]
     assumptions = ["DGX-H100 (record): dtsim's dgx-h100 node",
                    f"model: dtsim preset {m['preset']} (its citation) for the table's {m['name']}",
-                   "settings the table does not state (optimizer sharding, recomputation, dispatcher, overlap flags, etp): "
+                   f"etp 1 (not in the table): {NEMO_ETP}",
+                   "settings the table does not state (optimizer sharding, recomputation, dispatcher, overlap flags): "
                    "the nemo profile: the runs are NeMo containers' Megatron-Bridge recipes, which train through "
                    "Megatron-Core with NeMo's recipe defaults (distributed optimizer with both overlaps: the profile's "
                    "citations)"]
     if vp > 1:
         parallelism.update(pipeline_schedule="interleaved", virtual_stages=vp)
+    sim: dict[str, Any] = {}
+    if ep > GPUS_PER_DGX:  # every expert-parallel group (etp 1) spans nodes
+        sim["network"] = "analytical"
+        assumptions.append(f"sim.network analytical (a simulation method, the same for every row whose EP {ep} "
+                           f"spans nodes): the flow model's max-min fair share over EP x (EP-1) = {ep * (ep - 1)} "
+                           "flows per all-to-all, four all-to-alls per MoE layer and micro-batch, had not finished "
+                           "one such row after 28 minutes (the analytical model takes under a minute)")
     if tp > 1:
         parallelism["sequence_parallel"] = True
         assumptions.append(f"sequence parallelism: Megatron-Core requires it with expert and tensor parallelism "
@@ -100,6 +114,7 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
         "cluster": {"node": "dgx-h100", "nodes": gpus // 8},
         "parallelism": parallelism,
         "training": training,
+        **({"sim": sim} if sim else {}),
     }
     tps = measured["tokens_per_s_per_gpu"]
     step = batch["global_batch"] * seq / (tps * gpus)

@@ -163,18 +163,22 @@ class ActivationSizes:
 
 
 def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int], float]) -> float:
-    """An MoE block's stored activations (tp = 1): the dense block's formula with the MLP's
-    intermediate width that one token's share of the experts' rows has, ``k x f x F_e / etp +
-    shared x F_e`` (f: the busiest EP rank's load factor, :mod:`simulator.workload.moe`), plus
-    the dispatched tokens the routed experts' fc1 keeps for its weight gradient, ``f x T x k x h``
-    elements. Under full recomputation only the block input is kept, as for a dense block."""
+    """An MoE block's stored activations: the dense block's formula (which splits the MLP's
+    intermediate width by tp) with the intermediate width one token's share of the experts'
+    rows has, ``k x f x F_e + shared x F_e`` (f: the busiest EP rank's load factor,
+    :mod:`simulator.workload.moe`; a rank's routed rows, ``T/tp x k x f x etp`` after the
+    expert-TP all-gather, are ``F_e / etp`` wide, so ``T x k x f x F_e / tp`` elements), plus the
+    dispatched tokens the routed experts' fc1 keeps for its weight gradient, ``f x T/tp x k x
+    etp x h`` elements (T: b*s/cp; / tp under sequence parallelism, which MoE with tp > 1
+    needs). Under full recomputation only the block input is kept, as for a dense block."""
     m, train = scenario.model, scenario.training
     if not m.moe:
         return 0.0
     f = imbalance_of(scenario).factor
-    width = m.top_k * f * m.expert_ffn / scenario.parallelism.expert_tp + m.shared_experts * m.expert_ffn
+    width = m.top_k * f * m.expert_ffn + m.shared_experts * m.expert_ffn
     stored = layer(train.recompute, round(width))
     if train.recompute == "full":
         return stored
     shard = shard_of(scenario)
-    return stored + f * shard.tokens * m.top_k * m.hidden * shard.elem
+    etp = scenario.parallelism.expert_tp
+    return stored + f * shard.norm_tokens * m.top_k * etp * m.hidden * shard.elem

@@ -81,11 +81,13 @@ class Workload:
         self.symmetry = Symmetry(self.mesh, self.gpus_per_node, self.symmetric, self.rank_key, self.symmetry_off)
         self.strategy = strategy_for(sc, self.mesh, self.layout, self.strategy_tag)
         self.overlap_slowdown = overlap_slowdown(sc, self.nccl)
+        # the token exchange of expert parallelism (all-to-all, expert-TP gathers) runs on the shared network
+        expert_comm = sc.model.moe and self.mesh.ep * self.mesh.etp > 1
         fuse = (self.comm_time is not None and layer_comm_private(self.mesh, self.gpus_per_node, self.node_kind)
-                and self.mesh.ep == 1  # the all-to-all of expert parallelism runs on the shared network
+                and not expert_comm
                 and self.symmetry_off is None)  # perturbed links: each group's collectives on its own links
         rep = self.mesh.stage_representatives[0]
-        groups = {"tp": self.mesh.group(rep, "tp"), "cp": self.mesh.group(rep, "cp"), "ep": self.mesh.group(rep, "ep")}
+        groups = {axis: self.mesh.group(rep, axis) for axis in ("tp", "cp", "ep", "etp", "tp_ep")}
         self.layers = LayerEmitter(sc, self.layout, self.profile, fuse_layers=fuse,
                                    comm_time=self.comm_time or (lambda op, group, nbytes: CommCost(0.0)), groups=groups,
                                    overlap_slowdown=self.overlap_slowdown, join_group=self.mesh.group,

@@ -107,7 +107,7 @@ class LayerEmitter:
         for step_timed in job.steps:
             step = step_timed.step
             if isinstance(step, CommStep):
-                group = step.axis if step.axis in ("cp", "ep") else "tp"
+                group = step.axis if step.axis in ("cp", "ep", "etp", "tp_ep") else "tp"
                 comm = emit.emitter.comm_op(emit.rank, step.op, group, step.nbytes)  # type: ignore[arg-type]
                 join = (group, comm.group, mb, chunk.index, layer, phase, step.name)
                 tid = emit.task(group, step.name, group, comm=comm, join=join, deps=list(deps),

@@ -1,22 +1,33 @@
 """An MoE layer's MLP as kernels, and the expert-parallel pass that puts the token dispatch
 and combine between them.
 
-Forward of an MoE layer's MLP on one rank (tp = 1; Megatron-Core MoELayer.forward,
-megatron/core/transformer/moe/moe_layer.py at d98e8a6), T = the rank's tokens, k = top-k,
-f = the busiest EP rank's load over the balanced one (:func:`simulator.costs.moe.routing_imbalance`):
+Forward of an MoE layer's MLP on one rank (Megatron-Core MoELayer.forward,
+megatron/core/transformer/moe/moe_layer.py at d98e8a6), T = the rank's tokens (b*s/cp, split
+by tp under sequence parallelism, which Megatron-Core requires with MoE and tp > 1:
+moe_layer.py:636), k = top-k, f = the busiest EP rank's load over the balanced one
+(:func:`simulator.costs.moe.routing_imbalance`):
 
     router GEMM [T, h] x [h, E] -> top-k and permute (T*k rows of h) -> dispatch all-to-all
-    -> shared experts (fc1, act, fc2 on T tokens) -> routed experts' fc1 [f*T*k, h] x [h, n_up*F_e/etp],
-    act, fc2 [f*T*k, F_e/etp] x [F_e/etp, h] (one grouped GEMM over the rank's E/ep experts)
-    -> combine all-to-all -> unpermute and weighted sum
+    (ep group) -> all-gather over the expert-TP group (etp > 1) -> shared experts (fc1, act,
+    fc2 on the tp-gathered T*tp tokens, split by tp) -> routed experts' fc1
+    [f*T*k*etp, h] x [h, n_up*F_e/etp], act, fc2 [f*T*k*etp, F_e/etp] x [F_e/etp, h] (one
+    grouped GEMM over the rank's E/ep experts) -> reduce-scatter over the expert-TP group ->
+    combine all-to-all -> unpermute and weighted sum
+
+The all-gather / reduce-scatter over the expert-TP group (``pg_collection.expt_tp``) are
+MoEAlltoAllTokenDispatcher's dispatch_postprocess / combine_preprocess (token_dispatcher.py:
+741-750 and 824-833 at d98e8a6): the etp ranks that share an expert's FFN shards each bring
+their own tokens. The shared experts use the attention TP group (SharedExpertMLP, tp_group =
+pg_collection.tp, shared_experts.py:131) with its sequence-parallel all-gather and
+reduce-scatter (shared_experts.py:247 and 348).
 
 The shared experts sit between dispatch and the routed experts so that, with
 ``parallelism.moe.overlap_ep_comm``, the dispatch runs beside them (Megatron-Core
 --moe-shared-expert-overlap). The backward mirrors it: the combine's all-to-all of output
 gradients before the experts' backward, the dispatch's after it. The all-to-all carries
 ``f x T x k x h x bytes`` per rank each way (:func:`simulator.costs.moe.dispatch_bytes_per_token`);
-the ``allgather`` dispatcher all-gathers the ep group's T x h tokens and reduce-scatters the
-outputs instead.
+the ``allgather`` dispatcher all-gathers the ep x etp group's T x h tokens and reduce-scatters
+the outputs instead (MoEAllGatherTokenDispatcher over tp_ep_group, token_dispatcher.py:285-300).
 """
 
 from __future__ import annotations
@@ -24,14 +35,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from simulator.costs.moe import RoutingImbalance, routing_imbalance
+from simulator.costs.moe import RoutingImbalance, SeedSpread, routing_imbalance, spread_over_seeds
 from simulator.scenario.spec import ModelSpec, Scenario
 from simulator.workload.model import Kernel, Shard, _gemm, _memory
 
-__all__ = ["MoeShape", "moe_shape", "moe_mlp_forward", "with_moe_mlp", "imbalance_of", "EXPERT_KERNELS"]
+__all__ = ["MoeShape", "moe_shape", "moe_mlp_forward", "with_moe_mlp", "imbalance_of", "imbalance_over_seeds",
+           "EXPERT_KERNELS",
+           "MOE_MLP_KERNELS", "forward_name", "is_moe_mlp"]
 
 # the routed experts' kernels: the imbalance scales these, the all-to-alls sit around them
 EXPERT_KERNELS = ("experts.fc1", "experts.act", "experts.fc2")
+# every kernel of an MoE layer's MLP, in forward order
+MOE_MLP_KERNELS = ("router", "permute", "shared.fc1", "shared.act", "shared.fc2", *EXPERT_KERNELS, "unpermute")
+
+
+def forward_name(kernel: Kernel) -> str:
+    """The forward kernel a kernel belongs to: ``experts.fc1`` for ``experts.fc1.dgrad``, its
+    fp8 casts and ``experts.act.bwd``."""
+    name = kernel.of or kernel.name
+    return name.split(".dgrad")[0].split(".wgrad")[0].removesuffix(".bwd")
+
+
+def is_moe_mlp(kernel: Kernel) -> bool:
+    """Whether a kernel (forward or backward) is part of an MoE layer's MLP."""
+    return forward_name(kernel) in MOE_MLP_KERNELS
 
 
 @dataclass(frozen=True)
@@ -45,12 +72,24 @@ class MoeShape:
     overlap: bool
 
 
-def imbalance_of(scenario: Scenario) -> RoutingImbalance:
-    """The routing-skew model for the scenario's micro-batch (costs/moe.py)."""
+def imbalance_of(scenario: Scenario, seed: int | None = None) -> RoutingImbalance:
+    """The routing-skew model for the scenario's micro-batch (costs/moe.py), drawn with
+    ``training.moe_routing.seed`` (or ``seed``)."""
     m, par, r = scenario.model, scenario.parallelism, scenario.training.moe_routing
-    tokens = scenario.training.micro_batch * m.seq_len / par.cp
+    tokens = scenario.training.micro_batch * m.seq_len / (par.cp * par.tp)  # one source rank's (module docstring)
     hist = None if r.histogram is None else tuple(r.histogram)
-    return _imbalance(m.experts, par.ep, tokens, m.top_k, r.skew, r.seed, r.samples, hist, m.capacity_factor)
+    return _imbalance(m.experts, par.ep, tokens, m.top_k, r.skew, r.seed if seed is None else seed, r.samples, hist,
+                      m.capacity_factor)
+
+
+def imbalance_over_seeds(scenario: Scenario) -> SeedSpread:
+    """The routing-skew model redrawn with seeds ``seed .. seed + seeds - 1`` (analytic: no
+    simulation per seed); the first is :func:`imbalance_of`'s. Balance and a fixed histogram
+    draw nothing: every seed has the same factor."""
+    r = scenario.training.moe_routing
+    n = 1 if r.histogram is not None or r.skew == 0 else r.seeds
+    factors = [imbalance_of(scenario, r.seed + i).factor for i in range(n)]
+    return spread_over_seeds(factors * (r.seeds // n))
 
 
 @lru_cache(maxsize=64)
@@ -67,9 +106,9 @@ def moe_shape(scenario: Scenario) -> MoeShape:
 
 def moe_mlp_forward(model: ModelSpec, shard: Shard, moe: MoeShape) -> list[Kernel]:
     """The kernels replacing fc1 / act / fc2 in an MoE layer's forward (module docstring)."""
-    e, h, T = shard.elem, model.hidden, shard.tokens
+    e, h, T = shard.elem, model.hidden, shard.norm_tokens
     n_up = 2 if model.mlp == "swiglu" else 1
-    routed = T * model.top_k * moe.factor
+    routed = T * model.top_k * moe.factor * moe.etp
     fe = model.expert_ffn / moe.etp
     act = (n_up + 1) * e
     kernels = [
@@ -77,10 +116,10 @@ def moe_mlp_forward(model: ModelSpec, shard: Shard, moe: MoeShape) -> list[Kerne
         _memory("permute", 2 * T * model.top_k * h * e, "mlp", (T * model.top_k, h)),
     ]
     if model.shared_experts:
-        fs = model.shared_experts * model.expert_ffn / shard.tp
-        kernels += [_gemm("shared.fc1", T, n_up * fs, h, e, "mlp", shard.gemm_precision),
-                    _memory("shared.act", T * fs * act, "mlp", (T, fs)),
-                    _gemm("shared.fc2", T, h, fs, e, "mlp", shard.gemm_precision)]
+        fs, Ts = model.shared_experts * model.expert_ffn / shard.tp, shard.tokens
+        kernels += [_gemm("shared.fc1", Ts, n_up * fs, h, e, "mlp", shard.gemm_precision),
+                    _memory("shared.act", Ts * fs * act, "mlp", (Ts, fs)),
+                    _gemm("shared.fc2", Ts, h, fs, e, "mlp", shard.gemm_precision)]
     kernels += [
         _gemm("experts.fc1", routed, n_up * fe, h, e, "mlp", shard.gemm_precision),
         _memory("experts.act", routed * fe * act, "mlp", (routed, fe)),

@@ -30,7 +30,7 @@ from simulator.workload.model import (
 from simulator.workload.moe import MoeShape, with_moe_mlp
 
 __all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "kernel_shape", "base_steps", "attention_core", "split_casts",
-           "op_policy_recompute", "recompute_steps"]
+           "op_policy_recompute", "recompute_steps", "block_kernels"]
 
 Phase = Literal["fwd", "bwd"]
 
@@ -146,15 +146,23 @@ def recompute_steps(fwd: list[Kernel], model: ModelSpec, policy: str) -> list[St
     return [ComputeStep("recompute", tuple(kernels))] if kernels else []
 
 
+def block_kernels(spec: LayerSpec) -> list[Kernel]:
+    """A block's forward kernels on one rank: the dense block's, with multi-head latent
+    attention's projections and an MoE layer's MLP in place of the dense ones where the model has them."""
+    model, shard = spec.model, spec.shard
+    fwd = block_forward(model, shard)
+    if model.mla is not None:
+        fwd = with_mla(fwd, model, shard)
+    if spec.moe is not None:
+        fwd = with_moe_mlp(fwd, model, shard, spec.moe)
+    return fwd
+
+
 def base_steps(spec: LayerSpec) -> list[Step]:
     """The layer with no in-layer parallelism: one compute step of all its kernels."""
     model, shard = spec.model, spec.shard
     if spec.kind == "block":
-        fwd = block_forward(model, shard)
-        if model.mla is not None:
-            fwd = with_mla(fwd, model, shard)
-        if spec.moe is not None:
-            fwd = with_moe_mlp(fwd, model, shard, spec.moe)
+        fwd = block_kernels(spec)
         if spec.phase == "fwd":
             return [ComputeStep("fwd", tuple(fwd))]
         recompute = tuple(attention_core(fwd)) if spec.recompute == "selective" else ()

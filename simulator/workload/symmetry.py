@@ -34,8 +34,9 @@ SMALL_COLLECTIVE_BYTES = 1 * MiB
 
 def block_ranks(mesh: Mesh, gpus_per_node: int) -> int:
     """Ranks of the smallest block of whole nodes that holds whole data-parallel replicas (and
-    whole expert-parallel groups, which span ``ep*etp / (tp*cp)`` replicas)."""
-    replicas = max(1, (mesh.ep * mesh.etp) // (mesh.tp * mesh.cp))
+    whole expert-parallel groups: ``ep*etp`` consecutive ranks of a stage, so ``lcm(ep*etp, tp*cp) /
+    (tp*cp)`` replicas)."""
+    replicas = math.lcm(mesh.ep * mesh.etp, mesh.tp * mesh.cp) // (mesh.tp * mesh.cp)
     return math.lcm(mesh.slice_size * replicas, gpus_per_node)
 
 

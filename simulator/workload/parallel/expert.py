@@ -1,34 +1,46 @@
 """Expert parallelism's in-layer pass: the token dispatch and combine of an MoE layer
-around its routed experts' kernels (:mod:`simulator.workload.moe` describes the layer)."""
+around its routed experts' kernels, the expert-TP all-gather / reduce-scatter inside them and,
+under tensor parallelism, the shared experts' sequence-parallel collectives
+(:mod:`simulator.workload.moe` describes the layer and cites Megatron-Core).
+
+Per rank, with Tn the tokens a rank routes (b*s/cp, / tp under sequence parallelism), k the
+top-k, f the imbalance factor, h the hidden size and e the activation bytes:
+
+* dispatch and combine all-to-all over the ``ep`` group: ``f x Tn x k x h x e`` each;
+* expert-TP all-gather before the routed experts and reduce-scatter after them (etp > 1)
+  over the ``etp`` group: the gathered tensor, ``etp x f x Tn x k x h x e``;
+* the ``allgather`` dispatcher: all-gather / reduce-scatter of ``ep x etp x Tn x h x e`` over
+  the ``tp_ep`` group (ep x etp ranks) instead of both;
+* shared experts under tp > 1: all-gather of the input and reduce-scatter of the output over
+  ``tp`` (``b*s/cp x h x e`` gathered), as the dense MLP; in the backward the dense MLP's
+  gradient all-gather, input re-gather and input-gradient reduce-scatter.
+"""
 
 from __future__ import annotations
 
 from simulator.costs.moe import dispatch_bytes_per_token
 from simulator.workload.model import Kernel
-from simulator.workload.moe import EXPERT_KERNELS
+from simulator.workload.moe import EXPERT_KERNELS, forward_name
 from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step
 
 __all__ = ["place"]
 
 
 def _is_expert(kernel: Kernel) -> bool:
-    return kernel.name.split(".dgrad")[0].split(".wgrad")[0].split(".bwd")[0] in EXPERT_KERNELS
+    return forward_name(kernel) in EXPERT_KERNELS
+
+
+def _is_shared(kernel: Kernel) -> bool:
+    return forward_name(kernel).startswith("shared.")
 
 
 def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
     """The expert-parallel pass: split the compute step holding the routed experts' kernels and
-    put the dispatch before them and the combine after them (ep > 1), each an all-to-all over
-    the ``ep`` group (or all-gather / reduce-scatter for the allgather dispatcher)."""
+    put the collectives of the module docstring around them (nothing to place when ep, etp and
+    tp are all 1)."""
     moe = spec.moe
-    if moe is None or moe.ep == 1:
+    if moe is None or moe.ep * moe.etp * spec.shard.tp == 1:
         return steps
-    model, shard = spec.model, spec.shard
-    if moe.dispatcher == "allgather":
-        gathered = shard.tokens * model.hidden * shard.elem * moe.ep
-        first, last = ("all_gather", gathered), ("reduce_scatter", gathered)
-    else:
-        a2a = shard.tokens * dispatch_bytes_per_token(model.hidden, model.top_k, shard.elem) * moe.factor
-        first, last = ("all_to_all", a2a), ("all_to_all", a2a)
     out: list[Step] = []
     for step in steps:
         if not isinstance(step, ComputeStep) or not any(_is_expert(k) for k in step.kernels):
@@ -38,17 +50,81 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
         i = next(n for n, k in enumerate(ks) if _is_expert(k))
         j = max(n for n, k in enumerate(ks) if _is_expert(k)) + 1
         before, experts, after = ks[:i], ks[i:j], ks[j:]
-        shared = [k for k in before if k.name.startswith("shared.")] if spec.phase == "fwd" else []
-        before = [k for k in before if k not in shared]
+        shared = [k for k in ks if _is_shared(k)]
+        before = [k for k in before if not _is_shared(k)]
+        after = [k for k in after if not _is_shared(k)]
         if before:
             out.append(ComputeStep(f"{step.name}.pre", tuple(before)))
-        name = "dispatch" if spec.phase == "fwd" else "combine.bwd"
-        overlap = moe.overlap and bool(shared)
-        out.append(CommStep(name, first[0], first[1], overlap=overlap, axis="ep"))
-        if shared:
-            out.append(ComputeStep("shared_experts", tuple(shared)))
-        out.append(ComputeStep("experts" if spec.phase == "fwd" else "experts.bwd", tuple(experts)))
-        out.append(CommStep("combine" if spec.phase == "fwd" else "dispatch.bwd", last[0], last[1], axis="ep"))
+        out += (_forward if spec.phase == "fwd" else _backward)(spec, tuple(shared), tuple(experts))
         if after:
             out.append(ComputeStep(f"{step.name}.post", tuple(after)))
     return out
+
+
+def _exchange(spec: LayerSpec) -> tuple[list[CommStep], list[CommStep]]:
+    """The token exchange before and after the routed experts, in the order a forward runs it."""
+    moe, model, shard = spec.moe, spec.model, spec.shard
+    assert moe is not None
+    tokens = shard.norm_tokens
+    if moe.dispatcher == "allgather":
+        if moe.ep * moe.etp == 1:
+            return [], []
+        gathered = tokens * model.hidden * shard.elem * moe.ep * moe.etp
+        return ([CommStep("dispatch", "all_gather", gathered, axis="tp_ep")],
+                [CommStep("combine", "reduce_scatter", gathered, axis="tp_ep")])
+    a2a = tokens * dispatch_bytes_per_token(model.hidden, model.top_k, shard.elem) * moe.factor
+    first: list[CommStep] = [CommStep("dispatch", "all_to_all", a2a, axis="ep")] if moe.ep > 1 else []
+    last: list[CommStep] = [CommStep("combine", "all_to_all", a2a, axis="ep")] if moe.ep > 1 else []
+    if moe.etp > 1:
+        first.append(CommStep("etp.ag", "all_gather", a2a * moe.etp, axis="etp"))
+        last.insert(0, CommStep("etp.rs", "reduce_scatter", a2a * moe.etp, axis="etp"))
+    return first, last
+
+
+def _forward(spec: LayerSpec, shared: tuple[Kernel, ...], experts: tuple[Kernel, ...]) -> list[Step]:
+    """tp.ag.shared -> dispatch (beside the shared experts with overlap_ep_comm) -> shared experts
+    -> tp.rs.shared -> etp.ag -> routed experts -> etp.rs -> combine."""
+    moe, shard = spec.moe, spec.shard
+    assert moe is not None
+    first, last = _exchange(spec)
+    d = shard.tokens * spec.model.hidden * shard.elem
+    tp_shared = bool(shared) and shard.tp > 1
+    out: list[Step] = []
+    if tp_shared:
+        out.append(CommStep("tp.ag.shared", "all_gather", d))
+    if first and shared and moe.overlap:  # the first exchange step runs beside the shared experts
+        first[0] = CommStep(first[0].name, first[0].op, first[0].nbytes, overlap=True, axis=first[0].axis)
+        out += [first[0], ComputeStep("shared_experts", shared)]
+        first = first[1:]
+    elif shared:
+        out += [*first, ComputeStep("shared_experts", shared)]
+        first = []
+    if tp_shared:
+        out.append(CommStep("tp.rs.shared", "reduce_scatter", d))
+    return [*out, *first, ComputeStep("experts", experts), *last]
+
+
+def _backward(spec: LayerSpec, shared: tuple[Kernel, ...], experts: tuple[Kernel, ...]) -> list[Step]:
+    """The forward's exchange mirrored (the combine's gradient first), then the shared experts'
+    backward with the dense MLP's sequence-parallel collectives when tp > 1."""
+    shard = spec.shard
+    fwd_first, fwd_last = _exchange(spec)
+    # each collective's backward: an all-gather's is a reduce-scatter and vice versa, an all-to-all's an all-to-all
+    name = {"dispatch": "dispatch.bwd", "combine": "combine.bwd", "etp.ag": "etp.rs.bwd", "etp.rs": "etp.ag.bwd"}
+    inverse = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "all_to_all": "all_to_all"}
+    first = [CommStep(name[c.name], inverse[c.op], c.nbytes, axis=c.axis) for c in reversed(fwd_last)]
+    last = [CommStep(name[c.name], inverse[c.op], c.nbytes, axis=c.axis) for c in reversed(fwd_first)]
+    out: list[Step] = [*first, ComputeStep("experts.bwd", experts), *last]
+    if not shared:
+        return out
+    if shard.tp == 1:
+        return [*out, ComputeStep("shared_experts.bwd", shared)]
+    d = shard.tokens * spec.model.hidden * shard.elem
+    fc1 = tuple(k for k in shared if forward_name(k) == "shared.fc1")
+    dgrad = tuple(k for k in fc1 if (k.of or k.name).endswith(".dgrad"))
+    wgrad = tuple(k for k in fc1 if k not in dgrad)
+    rest = tuple(k for k in shared if k not in fc1)
+    overlap = spec.tp_overlap
+    return [*out, CommStep("tp.ag.shared.grad", "all_gather", d), ComputeStep("shared.fc2.bwd", rest),
+            CommStep("tp.ag.shared.input", "all_gather", d, overlap=overlap), ComputeStep("shared.fc1.dgrad", dgrad),
+            CommStep("tp.rs.shared.bwd", "reduce_scatter", d, overlap=overlap), ComputeStep("shared.fc1.wgrad", wgrad)]

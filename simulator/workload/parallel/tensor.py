@@ -28,7 +28,16 @@ from __future__ import annotations
 
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import Kernel, Shard, backward_of, block_forward, embedding_forward, logits_forward
-from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step, attention_core, recompute_steps
+from simulator.workload.moe import is_moe_mlp
+from simulator.workload.steps import (
+    CommStep,
+    ComputeStep,
+    LayerSpec,
+    Step,
+    attention_core,
+    block_kernels,
+    recompute_steps,
+)
 
 __all__ = ["block_steps", "embedding_steps", "logits_steps", "place"]
 
@@ -40,7 +49,8 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
         return steps
     if spec.kind == "block":
         return block_steps(spec.model, spec.shard, spec.phase, tp_overlap=spec.tp_overlap,
-                           recompute=spec.recompute, comm_overlap=spec.comm_overlap)
+                           recompute=spec.recompute, comm_overlap=spec.comm_overlap,
+                           fwd=block_kernels(spec) if spec.moe is not None else None)
     if spec.kind == "embedding":
         return embedding_steps(spec.model, spec.shard, spec.phase)
     return logits_steps(spec.model, spec.shard, spec.phase)
@@ -52,17 +62,26 @@ def _pick(kernels: list[Kernel], *names: str) -> tuple[Kernel, ...]:
     return tuple(k for k in kernels if k.name in wanted or k.of in wanted)
 
 
+def _moe_mlp(kernels: list[Kernel], name: str) -> list[Step] | None:
+    """An MoE layer's MLP as one step (its kernels in order), or None in a dense block."""
+    moe = tuple(k for k in kernels if is_moe_mlp(k))
+    return [ComputeStep(name, moe)] if moe else None
+
+
 def _tensor_bytes(model: ModelSpec, shard: Shard) -> float:
     return shard.tokens * model.hidden * shard.elem
 
 
 def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool = True,
-                recompute: str = "none", comm_overlap: bool = False) -> list[Step]:
+                recompute: str = "none", comm_overlap: bool = False, fwd: list[Kernel] | None = None) -> list[Step]:
     """Steps of one transformer block: phase ``fwd`` or ``bwd`` (``recompute`` selective: re-run
     the core in the attention backward; selective-op: a recompute step first, whose TP
     collectives, re-run by torchtitan's policy (it saves no all-gather output), are not
-    modelled)."""
-    fwd = block_forward(model, shard)
+    modelled). ``fwd``: the block's forward kernels when they are not the dense block's (an
+    MoE layer, :func:`~simulator.workload.steps.block_kernels`); its MLP stays one step without
+    TP collectives, which the expert pass places (sequence parallelism only, as Megatron-Core
+    requires with MoE: scenario/moe.py)."""
+    fwd = block_forward(model, shard) if fwd is None else fwd
     core = attention_core(fwd)
     core_names = [k.name for k in core]
     steps: list[Step]
@@ -96,15 +115,18 @@ def _fwd_tp(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) 
             CommStep("tp.ar.mlp", "all_reduce", d),
             ComputeStep("out", _pick(fwd, "residual2")),
         ]
+    mlp: list[Step] = _moe_mlp(fwd, "mlp") or [
+        CommStep("tp.ag.mlp", "all_gather", d),
+        ComputeStep("mlp", _pick(fwd, "fc1", "act", "fc2")),
+        CommStep("tp.rs.mlp", "reduce_scatter", d),
+    ]
     return [
         ComputeStep("ln1", _pick(fwd, "ln1")),
         CommStep("tp.ag.attn", "all_gather", d),
         ComputeStep("attn", _pick(fwd, "qkv", *core, "proj")),
         CommStep("tp.rs.attn", "reduce_scatter", d),
         ComputeStep("ln2", _pick(fwd, "residual1", "ln2")),
-        CommStep("tp.ag.mlp", "all_gather", d),
-        ComputeStep("mlp", _pick(fwd, "fc1", "act", "fc2")),
-        CommStep("tp.rs.mlp", "reduce_scatter", d),
+        *mlp,
         ComputeStep("out", _pick(fwd, "residual2")),
     ]
 
@@ -124,14 +146,17 @@ def _bwd_tp(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: list[str], 
             ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
             ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
         ]
-    return [
-        ComputeStep("out.bwd", _pick(bwd, "residual2.bwd")),
+    mlp: list[Step] = _moe_mlp(bwd, "mlp.bwd") or [
         CommStep("tp.ag.mlp.grad", "all_gather", d),
         ComputeStep("fc2.bwd", _pick(bwd, "fc2.dgrad", "fc2.wgrad", "act.bwd")),
         CommStep("tp.ag.mlp.input", "all_gather", d, overlap=overlap),
         ComputeStep("fc1.dgrad", _pick(bwd, "fc1.dgrad")),
         CommStep("tp.rs.mlp.bwd", "reduce_scatter", d, overlap=overlap),
         ComputeStep("fc1.wgrad", _pick(bwd, "fc1.wgrad")),
+    ]
+    return [
+        ComputeStep("out.bwd", _pick(bwd, "residual2.bwd")),
+        *mlp,
         ComputeStep("ln2.bwd", _pick(bwd, "ln2.bwd", "residual1.bwd")),
         CommStep("tp.ag.attn.grad", "all_gather", d),
         ComputeStep("attn.bwd", recompute + _pick(bwd, "proj.dgrad", "proj.wgrad", *core_bwd)),
@@ -147,6 +172,13 @@ def _fwd_sp_pipelined(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: l
     """Forward under TP + SP with every collective beside its GEMM: AG with qkv and fc1 (the
     GEMMs consuming the gathered input), RS with proj and fc2 (the GEMMs producing it)."""
     d = _tensor_bytes(model, shard)
+    mlp: list[Step] = _moe_mlp(fwd, "mlp") or [
+        CommStep("tp.ag.mlp", "all_gather", d, overlap=True),
+        ComputeStep("fc1", _pick(fwd, "fc1")),
+        ComputeStep("act", _pick(fwd, "act")),
+        CommStep("tp.rs.mlp", "reduce_scatter", d, overlap=True),
+        ComputeStep("fc2", _pick(fwd, "fc2")),
+    ]
     return [
         ComputeStep("ln1", _pick(fwd, "ln1")),
         CommStep("tp.ag.attn", "all_gather", d, overlap=True),
@@ -155,11 +187,7 @@ def _fwd_sp_pipelined(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: l
         CommStep("tp.rs.attn", "reduce_scatter", d, overlap=True),
         ComputeStep("proj", _pick(fwd, "proj")),
         ComputeStep("ln2", _pick(fwd, "residual1", "ln2")),
-        CommStep("tp.ag.mlp", "all_gather", d, overlap=True),
-        ComputeStep("fc1", _pick(fwd, "fc1")),
-        ComputeStep("act", _pick(fwd, "act")),
-        CommStep("tp.rs.mlp", "reduce_scatter", d, overlap=True),
-        ComputeStep("fc2", _pick(fwd, "fc2")),
+        *mlp,
         ComputeStep("out", _pick(fwd, "residual2")),
     ]
 
@@ -171,8 +199,7 @@ def _bwd_sp_pipelined(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: l
     gradient RS with the wgrad GEMM (Megatron-Core's bulk overlaps and split pipelines)."""
     d = _tensor_bytes(model, shard)
     core_bwd = [n + ".bwd" for n in core] + [n + ".dgrad" for n in core] + [n + ".wgrad" for n in core]
-    return [
-        ComputeStep("out.bwd", _pick(bwd, "residual2.bwd")),
+    mlp: list[Step] = _moe_mlp(bwd, "mlp.bwd") or [
         CommStep("tp.ag.mlp.grad", "all_gather", d, overlap=True),
         ComputeStep("fc2.dgrad", _pick(bwd, "fc2.dgrad")),
         ComputeStep("fc2.wgrad", _pick(bwd, "fc2.wgrad", "act.bwd")),
@@ -180,6 +207,10 @@ def _bwd_sp_pipelined(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: l
         ComputeStep("fc1.dgrad", _pick(bwd, "fc1.dgrad")),
         CommStep("tp.rs.mlp.bwd", "reduce_scatter", d, overlap=True),
         ComputeStep("fc1.wgrad", _pick(bwd, "fc1.wgrad")),
+    ]
+    return [
+        ComputeStep("out.bwd", _pick(bwd, "residual2.bwd")),
+        *mlp,
         ComputeStep("ln2.bwd", _pick(bwd, "ln2.bwd", "residual1.bwd")),
         CommStep("tp.ag.attn.grad", "all_gather", d, overlap=True),
         ComputeStep("proj.dgrad", _pick(bwd, "proj.dgrad")),
