@@ -127,11 +127,16 @@ def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result
 
 
 def _rows(program: Program, run: EngineRun) -> list[Row]:
+    """The engine's rows, one per task; consumes ``program.tasks`` (each task is let go once its
+    row is made, so a run without symmetry never holds all tasks and all rows at once)."""
     rows = []
     starts, ends = run.start_s.tolist(), run.end_s.tolist()
     resolved_of = run.resolved
     joins: dict[Hashable, str] = {}  # the tasks of one transfer share a key: one repr each
-    for task in program.tasks:
+    tasks = program.tasks
+    tasks.reverse()
+    while tasks:
+        task = tasks.pop()
         start, end = starts[task.id], ends[task.id]
         mem = tuple((end if d.at_end else start + d.offset_s, d.nbytes, d.category) for d in task.mem) \
             if task.mem else ()

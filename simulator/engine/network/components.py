@@ -34,12 +34,15 @@ class Components:
         self._next = 0
 
     def add(self, entity: int, classes: np.ndarray) -> None:
-        """``entity`` starts loading ``classes`` (at least one)."""
+        """``entity`` starts loading ``classes`` (at least one, no class twice)."""
         self.classes_of[entity] = classes
         found = self.owner[classes]
         found = found[found >= 0]
         if not len(found):
             target = self._new({entity})
+        elif (found == found[0]).all():
+            target = int(found[0])
+            self.members[target].add(entity)
         else:
             ids = np.unique(found).tolist()
             target = max(ids, key=lambda c: (len(self.members[c]), -c))  # the largest absorbs the rest
@@ -47,7 +50,7 @@ class Components:
                 if other != target:
                     self._merge(other, target)
             self.members[target].add(entity)
-        np.add.at(self.occupancy, classes, 1)
+        self.occupancy[classes] += 1
         self.owner[classes] = target
 
     def remove(self, entity: int) -> tuple[int | None, bool]:
@@ -55,7 +58,7 @@ class Components:
         whether it shared a class with an entity still in flight."""
         classes = self.classes_of.pop(entity)
         comp = int(self.owner[classes[0]])
-        np.subtract.at(self.occupancy, classes, 1)
+        self.occupancy[classes] -= 1
         left = self.occupancy[classes]
         self.owner[classes[left == 0]] = -1
         members = self.members[comp]

@@ -64,7 +64,7 @@ class FlowNetwork(PhasedNetwork):
         super().__init__(env, capacity_bytes_per_s, record_series=record_series)
         self._entities: dict[int, _Entity] = {}
         self._components = Components(len(self.capacity_bytes_per_s))
-        self._kinds: dict[tuple[bytes, bytes, float], int] = {}
+        self._kinds: dict[tuple[bytes, bytes, float], tuple[int, np.ndarray]] = {}
         self._dirty: set[int] = set()
         self._pending = False
         self._next_id = 0
@@ -73,11 +73,14 @@ class FlowNetwork(PhasedNetwork):
         now = self.env.now
         classes = np.asarray(load.classes)
         signature = (classes.tobytes(), np.asarray(load.flows, dtype=float).tobytes(), float(load.rate_cap))
-        kind = self._kinds.setdefault(signature, len(self._kinds))
+        found = self._kinds.get(signature)
+        if found is None:  # a new kind: its distinct classes, for the components
+            found = self._kinds[signature] = (len(self._kinds), np.unique(classes))
+        kind, distinct = found
         entity = _Entity(self._next_id, load, load.bytes_per_flow, bytes_done, kind, last=now, started=now)
         self._next_id += 1
         self._entities[entity.id] = entity
-        self._components.add(entity.id, classes)
+        self._components.add(entity.id, distinct)
         self._mark_dirty(entity.id)
 
     # -- max-min fair sharing ----------------------------------------------------------------
