@@ -85,8 +85,8 @@ def bench(name: str, data: dict[str, Any], repeats: int) -> tuple[float, Any]:
 def fresh(data: dict[str, Any], checkout: Path) -> dict[str, float]:
     """One simulate of ``data`` in a fresh process using the simulator of ``checkout``."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(data)], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(data)], env=env, cwd=checkout,  # not ours on sys.path
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 

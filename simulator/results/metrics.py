@@ -157,12 +157,12 @@ def memory_timeline(initial: dict[str, float], rows: list[Row]) -> list[tuple[fl
 
 
 def _memory_signature(initial: dict[str, float], rows: list[Row]) -> tuple[Any, ...]:
-    """What a rank's memory results depend on: its initial bytes and its changes in the order
-    both replays apply them (time, bytes, category, then row order), each with the stream its
-    allocation lands in. Ranks with equal signatures have equal memory results."""
-    events = sorted((t, d, c, i) for i, r in enumerate(rows) for (t, d, c) in r.mem)
-    streams = {i: allocation_stream(rows[i]) for i in {e[3] for e in events}}
-    return (tuple(sorted(initial.items())), tuple((t, d, c, streams[i]) for t, d, c, i in events))
+    """What a rank's memory results depend on: its initial bytes, and its rows' changes in row
+    order with the stream each row's allocations land in (both replays sort the changes by
+    time, bytes, category and row order). Ranks with equal signatures have equal memory results."""
+    changing = [r for r in rows if r.mem]
+    return (tuple(sorted(initial.items())), tuple(r.mem for r in changing),
+            tuple(allocation_stream(r) for r in changing))
 
 
 def _rank_memory(rank: int, facts: RunFacts, rows: list[Row],
