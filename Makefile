@@ -44,6 +44,7 @@ notebooks: $(VENV)/.test-installed
 bench: $(VENV)/.run-installed
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_scale.py
+	$(BIN)/python bench/bench_solver.py --quick
 	$(BIN)/python bench/bench_sweep.py
 
 clean:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import math
 import numbers
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
@@ -158,17 +158,30 @@ def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result
 
 
 def _rows(program: Program, run: EngineRun) -> list[Row]:
+    """The engine's rows, one per task; consumes ``program.tasks`` (each task is let go once its
+    row is made, so a run without symmetry never holds all tasks and all rows at once)."""
     rows = []
-    for task in program.tasks:
-        start, end = float(run.start_s[task.id]), float(run.end_s[task.id])
-        mem = tuple((end if d.at_end else start + d.offset_s, d.nbytes, d.category) for d in task.mem)
+    starts, ends = run.start_s.tolist(), run.end_s.tolist()
+    resolved_of = run.resolved
+    joins: dict[Hashable, str] = {}  # the tasks of one transfer share a key: one repr each
+    tasks = program.tasks
+    tasks.reverse()
+    while tasks:
+        task = tasks.pop()
+        start, end = starts[task.id], ends[task.id]
+        mem = tuple((end if d.at_end else start + d.offset_s, d.nbytes, d.category) for d in task.mem) \
+            if task.mem else ()
         comm = None
         if task.comm is not None:
-            resolved = run.resolved.get(task.id)
+            resolved = resolved_of.get(task.id)
             comm = CommRecord(task.comm.op, task.comm.nbytes, task.comm.count, len(task.comm.group), task.comm.group,
                               resolved.algorithm if resolved else None, resolved.protocol if resolved else None,
                               resolved.alone_s if resolved else None)
-        join = None if task.join is None else repr(task.join)
+        join = None
+        if task.join is not None:
+            join = joins.get(task.join)
+            if join is None:
+                join = joins[task.join] = repr(task.join)
         rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.info, mem, comm, join))
     return rows
 

@@ -70,8 +70,13 @@ class Engine:
             for d in task.deps:
                 self.dependents[d].append(task.id)
         self.queues = program.streams()
-        self.cursor = {key: 0 for key in self.queues}
-        self.stream_of = [(t.rank, t.stream) for t in program.tasks]
+        # streams by index: a task's stream, each stream's queue and cursor (no tuple hashing per event)
+        index_of = {key: i for i, key in enumerate(self.queues)}
+        self._queue = list(self.queues.values())
+        self._cursor = [0] * len(self._queue)
+        self._stream = [index_of[(t.rank, t.stream)] for t in program.tasks]
+        self._join = [t.join for t in program.tasks]
+        self._joined = [False] * n  # arrived at its join, waiting for its peers
         self.arrived: dict[Hashable, list[int]] = {}
         self.resolved: dict[int, Resolved] = {}
         self.events = 0
@@ -83,8 +88,8 @@ class Engine:
     # -- running -------------------------------------------------------------------------
 
     def run(self) -> EngineRun:
-        for key in self.queues:
-            self._try_head(key)
+        for stream in range(len(self._queue)):
+            self._try_head(stream)
         self._run_events()
         end = np.array(self.end)
         unfinished = end < 0
@@ -111,28 +116,24 @@ class Engine:
             return
         raise limits.exceeded("engine_events", budget + 1, what="engine events of this run (stopped there)")
 
-    def _try_head(self, key: tuple[int, str]) -> None:
-        queue = self.queues[key]
-        index = self.cursor[key]
-        if index >= len(queue):
-            return
-        task_id = queue[index]
-        if self.pending[task_id] == 0 and self.start[task_id] < 0 and not self._waiting(task_id):
-            self._ready(task_id)
-
-    def _waiting(self, task_id: int) -> bool:
-        join = self.program.tasks[task_id].join
-        return join is not None and task_id in self.arrived.get(join, ())
+    def _try_head(self, stream: int) -> None:
+        queue = self._queue[stream]
+        index = self._cursor[stream]
+        if index < len(queue):
+            task_id = queue[index]
+            if self.pending[task_id] == 0 and self.start[task_id] < 0 and not self._joined[task_id]:
+                self._ready(task_id)
 
     def _ready(self, task_id: int) -> None:
-        task = self.program.tasks[task_id]
-        if task.join is None:
+        join = self._join[task_id]
+        if join is None:
             self._begin([task_id])
             return
-        members = self.arrived.setdefault(task.join, [])
+        members = self.arrived.setdefault(join, [])
         members.append(task_id)
-        if len(members) == self.program.join_size[task.join]:
-            del self.arrived[task.join]
+        self._joined[task_id] = True
+        if len(members) == self.program.join_size[join]:
+            del self.arrived[join]
             self._begin(members)
 
     def _begin(self, task_ids: list[int]) -> None:
@@ -204,19 +205,20 @@ class Engine:
 
     def _finish(self, task_ids: list[int]) -> None:
         now = self.env.now
-        touched: list[tuple[int, str]] = []
+        touched: list[int] = []
         lead = self.program.tasks[task_ids[0]]
         if lead.comm is not None and not is_host_copy(lead.comm.op):
             for t in task_ids:
                 self._comm_ended(self.program.tasks[t].rank)
+        end, cursor, stream_of, pending = self.end, self._cursor, self._stream, self.pending
         for t in task_ids:
-            self.end[t] = now
-            key = self.stream_of[t]
-            self.cursor[key] += 1
-            touched.append(key)
+            end[t] = now
+            stream = stream_of[t]
+            cursor[stream] += 1
+            touched.append(stream)
             for d in self.dependents[t]:
-                self.pending[d] -= 1
-                if self.pending[d] == 0:
-                    touched.append(self.stream_of[d])
-        for key in touched:
-            self._try_head(key)
+                pending[d] -= 1
+                if pending[d] == 0:
+                    touched.append(stream_of[d])
+        for stream in touched:
+            self._try_head(stream)

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from simulator.costs.collectives import wire_factor
-from simulator.results.reserved import reserved_peak
+from simulator.results.reserved import allocation_stream, reserved_peak
 from simulator.results.result import Breakdown, CommSummary, LinkUsage, OomDetail, RankMemory, Result
 from simulator.results.rows import LinkStat, Row, RunFacts, stretch
 from simulator.units import format_bytes
@@ -155,13 +156,29 @@ def memory_timeline(initial: dict[str, float], rows: list[Row]) -> list[tuple[fl
     return out
 
 
-def _rank_memory(rank: int, facts: RunFacts, rows: list[Row]) -> RankMemory:
+def _memory_signature(initial: dict[str, float], rows: list[Row]) -> tuple[Any, ...]:
+    """What a rank's memory results depend on: its initial bytes, and its rows' changes in row
+    order with the stream each row's allocations land in (both replays sort the changes by
+    time, bytes, category and row order). Ranks with equal signatures have equal memory results."""
+    changing = [r for r in rows if r.mem]
+    return (tuple(sorted(initial.items())), tuple(r.mem for r in changing),
+            tuple(allocation_stream(r) for r in changing))
+
+
+def _rank_memory(rank: int, facts: RunFacts, rows: list[Row],
+                 cache: dict[tuple[Any, ...], RankMemory] | None = None) -> RankMemory:
+    """One rank's memory at its peak; ``cache`` shares the replays between ranks whose memory
+    changes are the same (every replica of a rank without symmetry reduction)."""
+    key = _memory_signature(facts.initial_memory[rank], rows) if cache is not None else None
+    if cache is not None and key in cache:
+        return cache[key].model_copy(update={"rank": rank, "stage": facts.stage_of[rank],
+                                             "represents": facts.represents[rank]})
     peak_total, peak_time, at_peak = -1.0, 0.0, {}
     for t, cats in memory_timeline(facts.initial_memory[rank], rows):
         total = sum(cats.values())
         if total > peak_total + 1e-6:
             peak_total, peak_time, at_peak = total, t, cats
-    return RankMemory(
+    memory = RankMemory(
         rank=rank,
         stage=facts.stage_of[rank],
         represents=facts.represents[rank],
@@ -176,6 +193,9 @@ def _rank_memory(rank: int, facts: RunFacts, rows: list[Row]) -> RankMemory:
         peak_time_s=peak_time,
         peak_reserved_bytes=reserved_peak(facts.initial_memory[rank], rows, facts.gpu_memory_bytes),
     )
+    if cache is not None and key is not None:
+        cache[key] = memory
+    return memory
 
 
 def _oom(memory: list[RankMemory]) -> OomDetail | None:
@@ -248,7 +268,8 @@ def compute_result(rows: list[Row], facts: RunFacts, links: list[LinkStat]) -> R
     breakdowns = [rank_breakdown(by_rank[r], r, facts.stage_of[r], step, pipeline) for r in ranks]
     last_end = {r: max((x.end_s for x in by_rank[r]), default=0.0) for r in ranks}
     critical = max(ranks, key=lambda r: (last_end[r], -r))
-    memory = [_rank_memory(r, facts, by_rank[r]) for r in ranks]
+    shared: dict[tuple[Any, ...], RankMemory] = {}
+    memory = [_rank_memory(r, facts, by_rank[r], shared) for r in ranks]
     oom = _oom(memory)
     tokens = facts.global_batch * facts.seq_len
     per_gpu = facts.model_flops_per_step / (step * facts.world_size) if step > 0 else 0.0

@@ -47,6 +47,7 @@ class LayerEmitter:
         self.host = scenario.training.host.costs()
         self._steps: dict[tuple[str, str, bool], list[TimedStep]] = {}
         self._macros: dict[tuple[str, tuple[int, ...]], Macro] = {}
+        self._macro_tasks: dict[tuple[str, tuple[int, ...]], tuple[str, FusedLayers, int]] = {}
 
     # layer programs (cached) ----------------------------------------------------------------
 
@@ -149,18 +150,28 @@ class LayerEmitter:
             found = self._macros[key] = fuse(jobs, self.comm_time, self.groups, self.overlap_slowdown)
         return found
 
+    def _macro_task(self, units: tuple[int, ...], phase: str, macro: Macro) -> tuple[str, FusedLayers, int]:
+        """The name, inner timeline and first layer of a fused run's tasks: one of each per run of
+        units, shared by its micro-batches and ranks (every rank's tasks when all are simulated)."""
+        key = (phase, units)
+        found = self._macro_tasks.get(key)
+        if found is None:
+            first_kind, first_layer = self.layout.unit_kind(units[0])
+            last_kind, last_layer = self.layout.unit_kind(units[-1])
+            name = f"{phase}.{first_kind}{'' if first_layer < 0 else first_layer}"
+            if len(units) > 1:
+                name += f"..{last_kind}{'' if last_layer < 0 else last_layer}"
+            fused = FusedLayers((units[0], units[-1]), macro.compute_s, macro.comm_s, macro.exposed_s, macro.parts,
+                                macro.duration_s)
+            found = self._macro_tasks[key] = (name, fused, first_layer)
+        return found
+
     def _emit_macro(self, emit: RankEmitter[Any], chunk: Chunk, units: tuple[int, ...], phase: str, mb: int,
                     deps: list[int]) -> int:
         macro = self._macro(units, phase)
-        first_kind, first_layer = self.layout.unit_kind(units[0])
-        last_kind, last_layer = self.layout.unit_kind(units[-1])
-        name = f"{phase}.{first_kind}{'' if first_layer < 0 else first_layer}"
-        if len(units) > 1:
-            name += f"..{last_kind}{'' if last_layer < 0 else last_layer}"
+        name, fused, first_layer = self._macro_task(units, phase, macro)
         join = None
         if not self.symmetric and macro.has_comm:
             join = ("layers", self.join_group(emit.rank, "tp_cp"), mb, chunk.index, phase, units[0])
-        fused = FusedLayers((units[0], units[-1]), macro.compute_s, macro.comm_s, macro.exposed_s, macro.parts,
-                            macro.duration_s)
         info = TaskInfo(phase=phase, mb=mb, layer=first_layer, chunk=chunk.index, flops=macro.flops, fused=fused)
         return emit.compute(name, macro.duration_s, deps, mem=macro.mem, info=info, join=join)

@@ -7,8 +7,15 @@ it puts ``flows`` flows' worth of load. Rates come from progressive filling (max
 fairness per flow, Bertsekas & Gallager, *Data Networks*, 2nd ed. 1992, sec. 6.5): all unfrozen
 entities raise their per-flow rate together until a link saturates; entities on saturated
 links freeze. Rates are recomputed only when an entity starts or ends, and only for the
-entities that share links with it (its connected component); starts and ends at the same
-instant are batched into one recomputation at the end of the instant.
+entities that share links with it (its connected component, kept up to date as entities
+come and go: :mod:`.components`); starts and ends at the same instant are batched into one
+recomputation at the end of the instant.
+
+The filling runs over the component's link-class incidence with numpy, one row per *kind*
+of entity: entities with the same classes, flows and rate cap get the same max-min rate
+(the max-min fair allocation is unique and treats them symmetrically), so they are filled
+as one row loading ``count`` times their flows, and all get its rate. Results equal the
+solver this one replaced (tests/reference_flow.py) to float round-off (tests/test_flow_solver.py).
 
 Links are grouped into classes (:class:`~simulator.engine.link_classes.LinkClasses`):
 without symmetry reduction a class is one link; with it, a class stands for the links
@@ -19,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import simpy
 
 from simulator.engine.lowering import PhaseLoad
 from simulator.engine.network.base import PhasedNetwork, at_end_of_instant
+from simulator.engine.network.components import Components
 
 __all__ = ["FlowNetwork"]
 
@@ -33,12 +42,14 @@ _TOL = 1e-9  # relative: a link is saturated, a flow has finished
 
 @dataclass
 class _Entity:
-    """A phase in progress: bytes left per flow, current per-flow rate (bytes/s) since ``last``."""
+    """A phase in progress: bytes left per flow, current per-flow rate (bytes/s) since ``last``;
+    ``kind``: entities of one kind load the same classes with the same flows and cap."""
 
     id: int
     load: PhaseLoad
     remaining: float
     on_done: Callable[[], None]
+    kind: int
     rate: float = 0.0
     last: float = 0.0
     version: int = 0
@@ -52,18 +63,24 @@ class FlowNetwork(PhasedNetwork):
                  record_series: bool = False) -> None:
         super().__init__(env, capacity_bytes_per_s, record_series=record_series)
         self._entities: dict[int, _Entity] = {}
-        self._by_class: dict[int, set[int]] = {}
+        self._components = Components(len(self.capacity_bytes_per_s))
+        self._kinds: dict[tuple[bytes, bytes, float], tuple[int, np.ndarray]] = {}
         self._dirty: set[int] = set()
         self._pending = False
         self._next_id = 0
 
     def move_bytes(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
         now = self.env.now
-        entity = _Entity(self._next_id, load, load.bytes_per_flow, bytes_done, last=now, started=now)
+        classes = np.asarray(load.classes)
+        signature = (classes.tobytes(), np.asarray(load.flows, dtype=float).tobytes(), float(load.rate_cap))
+        found = self._kinds.get(signature)
+        if found is None:  # a new kind: its distinct classes, for the components
+            found = self._kinds[signature] = (len(self._kinds), np.unique(classes))
+        kind, distinct = found
+        entity = _Entity(self._next_id, load, load.bytes_per_flow, bytes_done, kind, last=now, started=now)
         self._next_id += 1
         self._entities[entity.id] = entity
-        for c in load.classes.tolist():
-            self._by_class.setdefault(c, set()).add(entity.id)
+        self._components.add(entity.id, distinct)
         self._mark_dirty(entity.id)
 
     # -- max-min fair sharing ----------------------------------------------------------------
@@ -76,60 +93,72 @@ class FlowNetwork(PhasedNetwork):
 
     def _component(self, seeds: set[int]) -> list[int]:
         """Active entities connected to ``seeds`` through shared link classes."""
-        seen = {e for e in seeds if e in self._entities}
-        stack = list(seen)
-        done_classes: set[int] = set()
-        while stack:
-            entity = self._entities[stack.pop()]
-            for c in entity.load.classes.tolist():
-                if c in done_classes:
-                    continue
-                done_classes.add(c)
-                for other in self._by_class.get(c, ()):
-                    if other not in seen:
-                        seen.add(other)
-                        stack.append(other)
-        return sorted(seen)
+        components = self._components
+        comps = {components.of(e) for e in seeds if e in self._entities}
+        ids: list[int] = []
+        for comp in sorted(comps):
+            for piece in components.settle(comp):
+                ids.extend(components.members[piece])
+        return sorted(ids)
 
     def _recompute(self) -> None:
         self._pending = False
         seeds, self._dirty = self._dirty, set()
         now = self.env.now
-        # finished entities left their classes: their neighbours are the seeds
+        # finished entities left their components: what is left of them is seeded
         ids = self._component(seeds)
         if not ids:
             return
         self.recomputations += 1
         entities = [self._entities[i] for i in ids]
+        moved_by_kind: dict[int, tuple[PhaseLoad, float]] = {}
         for e in entities:  # bring progress up to now at the old rates
             moved = e.rate * (now - e.last)
             if moved:
                 moved = min(moved, e.remaining)
                 e.remaining -= moved
-                self.account(e.load, moved)
+                load, total = moved_by_kind.get(e.kind, (e.load, 0.0))
+                moved_by_kind[e.kind] = (load, total + moved)
             e.last = now
-        rates = self._fill(entities)
+        for load, total in moved_by_kind.values():  # entities of a kind load the same classes
+            self.account(load, total)
+        rates = self._rates(entities)
+        ends: dict[float, tuple[float, list[tuple[_Entity, int]]]] = {}  # end time -> (delay, entities)
         for e, rate in zip(entities, rates, strict=True):
             e.rate = rate
             e.version += 1
-            self._schedule_end(e)
+            if rate > 0:
+                delay = self._delay(e)
+                ends.setdefault(now + delay, (delay, []))[1].append((e, e.version))
+        # one event per end time (simpy's now + delay): the entities' own events would sit one
+        # after another in simpy's queue (made here in a row), so they end in the same order
+        for delay, due in ends.values():
+            self.env.timeout(delay).callbacks.append(partial(self._finish_due, due))
         if self.record_series:
             self._snapshot()
 
-    def _fill(self, entities: list[_Entity]) -> list[float]:
-        """Progressive filling: per-flow rates (bytes/s) of ``entities`` (max-min fair)."""
+    def _rates(self, entities: list[_Entity]) -> list[float]:
+        """Per-flow max-min rates (bytes/s) of ``entities``, one filling row per kind."""
         if len(entities) == 1:
             return [self.alone_rate_bytes_per_s(entities[0].load)]
+        _, first, inverse, counts = np.unique([e.kind for e in entities], return_index=True,
+                                              return_inverse=True, return_counts=True)
+        rates = self._fill([entities[i].load for i in first.tolist()], counts.astype(float))
+        return rates[inverse].tolist()
+
+    def _fill(self, loads: list[PhaseLoad], count: np.ndarray) -> np.ndarray:
+        """Progressive filling: per-flow rates (bytes/s) of ``count[i]`` entities like ``loads[i]``."""
         capacity = self.capacity_bytes_per_s
-        sizes = [len(e.load.classes) for e in entities]
-        rows = np.repeat(np.arange(len(entities)), sizes)
-        cls = np.concatenate([e.load.classes for e in entities])
-        flows = np.concatenate([e.load.flows for e in entities])
+        sizes = [len(load.classes) for load in loads]
+        rows = np.repeat(np.arange(len(loads)), sizes)
+        cls = np.concatenate([load.classes for load in loads])
+        flows = np.concatenate([load.flows for load in loads]) * np.repeat(count, sizes)
         uniq, col = np.unique(cls, return_inverse=True)
-        remaining = capacity[uniq].astype(float)
-        caps = np.array([e.load.rate_cap for e in entities])
-        rate = np.zeros(len(entities))
-        frozen = np.zeros(len(entities), dtype=bool)
+        cap_of = capacity[uniq]
+        remaining = cap_of.astype(float)
+        caps = np.array([load.rate_cap for load in loads])
+        rate = np.zeros(len(loads))
+        frozen = np.zeros(len(loads), dtype=bool)
         level = 0.0
         while not frozen.all():
             active = ~frozen[rows]
@@ -144,25 +173,27 @@ class FlowNetwork(PhasedNetwork):
                 break
             level += step
             remaining -= slope * step
-            saturated = (slope > 0) & (remaining <= _TOL * capacity[uniq])
-            hit = np.zeros(len(entities), dtype=bool)
+            saturated = (slope > 0) & (remaining <= _TOL * cap_of)
+            hit = np.zeros(len(loads), dtype=bool)
             if saturated.any():
-                hit[np.unique(rows[active & saturated[col]])] = True
+                hit[rows[active & saturated[col]]] = True
             hit |= (~frozen) & np.isfinite(caps) & (caps - level <= _TOL * np.maximum(caps, 1.0))
             if not hit.any():  # numerical corner: freeze the tightest link's entities
                 tight = np.argmin(np.where(slope > 0, remaining / slope, np.inf))
-                hit[np.unique(rows[active & (col == tight)])] = True
+                hit[rows[active & (col == tight)]] = True
             newly = hit & ~frozen
             rate[newly] = level
             frozen |= newly
-        return rate.tolist()
+        return rate
 
-    def _schedule_end(self, entity: _Entity) -> None:
-        if entity.rate <= 0:
-            return
-        delay = entity.remaining / entity.rate if entity.remaining > _TOL * entity.load.bytes_per_flow else 0.0
-        version = entity.version
-        self.env.timeout(delay).callbacks.append(lambda _e: self._maybe_finish(entity, version))
+    @staticmethod
+    def _delay(entity: _Entity) -> float:
+        """Seconds until ``entity`` has moved its bytes at its current rate (> 0)."""
+        return entity.remaining / entity.rate if entity.remaining > _TOL * entity.load.bytes_per_flow else 0.0
+
+    def _finish_due(self, due: list[tuple[_Entity, int]], _event: simpy.Event) -> None:
+        for entity, version in due:
+            self._maybe_finish(entity, version)
 
     def _maybe_finish(self, entity: _Entity, version: int) -> None:
         if entity.version != version or entity.id not in self._entities:
@@ -173,16 +204,10 @@ class FlowNetwork(PhasedNetwork):
         entity.remaining = 0.0
         entity.last = now
         del self._entities[entity.id]
-        neighbours: set[int] = set()
-        for c in entity.load.classes.tolist():
-            members = self._by_class[c]
-            members.discard(entity.id)
-            neighbours |= members
-            if not members:
-                del self._by_class[c]
-        for other in neighbours:
-            self._mark_dirty(other)
-        if self.record_series and not neighbours:
+        comp, shared = self._components.remove(entity.id)
+        if comp is not None:  # what is left of its component gets new rates
+            self._mark_dirty(min(self._components.members[comp]))
+        if self.record_series and not shared:
             self._snapshot()
         entity.on_done()
 

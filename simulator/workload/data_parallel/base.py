@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Generic, TypeVar
 
 from simulator.cluster.mesh import Mesh
@@ -104,8 +105,9 @@ class Strategy(ABC, Generic[S]):
         """The ranks that hold the same parameters: dp, and cp ranks with them."""
         return "dp_cp" if self.mesh.cp > 1 else "dp"
 
-    @property
+    @cached_property
     def dp_ranks(self) -> int:
+        """Ranks that hold the same parameters (dp x cp); asked for after every backward task."""
         return self.mesh.dp * self.mesh.cp
 
     # states and buffers ----------------------------------------------------------------

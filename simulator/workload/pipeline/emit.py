@@ -50,6 +50,10 @@ from simulator.workload.pipeline.schedules import Action, pipeline_schedule
 
 __all__ = ["PipelineEmitter"]
 
+# a transfer task's stream and name, by direction and what it carries (one string each)
+_P2P_NAMES = {(kind, what): (f"pp.{kind}.{what}", f"{kind}.{what}") for kind in ("send", "recv")
+              for what in ("act", "grad")}
+
 
 class PipelineEmitter:
     """Emits a rank's whole iteration (see the module docstring)."""
@@ -64,6 +68,7 @@ class PipelineEmitter:
         self.buffers = scenario.parallelism.pp_microbatch_buffers and scenario.parallelism.pp > 1
         self.logits_bytes = shard.tokens * scenario.model.vocab / shard.tp * shard.elem
         self._held: list[int] = []  # p2p_blocking: the send the rank's next pass waits for
+        self._p2p_ops: dict[tuple[int, int, int, bool], tuple[int, int, CommOp, int]] = {}
 
     def emit_rank(self, emit: RankEmitter[Any]) -> None:
         par = self.sc.parallelism
@@ -170,20 +175,32 @@ class PipelineEmitter:
     def _peer(self, emit: RankEmitter[Any], rank: int, to_chunk: int) -> int:
         return emit.mesh.with_stage(rank, to_chunk % self.sc.parallelism.pp)
 
+    def _p2p_op(self, emit: RankEmitter[Any], src_chunk: int, dst_chunk: int,
+                sending: bool) -> tuple[int, int, CommOp, int]:
+        """Source, destination, operation and pipeline (its stage-0 rank) of a rank's transfer
+        between two chunks: the same for every micro-batch, made once per rank and direction."""
+        rank = emit.rank
+        key = (rank, src_chunk, dst_chunk, sending)
+        found = self._p2p_ops.get(key)
+        if found is None:
+            if sending:
+                src, dst = rank, self._peer(emit, rank, dst_chunk)
+                pairs = tuple((x, self._peer(emit, x, dst_chunk)) for x in emit.siblings())
+            else:
+                src, dst = self._peer(emit, rank, src_chunk), rank
+                pairs = tuple((self._peer(emit, x, src_chunk), x) for x in emit.siblings())
+            comm = CommOp("p2p", (src, dst), self.p2p_bytes, "pp", pairs, "direct")
+            found = self._p2p_ops[key] = (src, dst, comm, emit.mesh.with_stage(src, 0))
+        return found
+
     def _p2p(self, emit: RankEmitter[Any], src_chunk: int, dst_chunk: int, mb: int, what: str, *, sending: bool,
              deps: list[int] | None) -> int:
         """A send (after ``deps``) or a receive (posted after the rank's last compute)."""
-        rank = emit.rank
-        if sending:
-            src, dst = rank, self._peer(emit, rank, dst_chunk)
-            pairs = tuple((x, self._peer(emit, x, dst_chunk)) for x in emit.siblings())
-        else:
-            src, dst = self._peer(emit, rank, src_chunk), rank
-            pairs = tuple((self._peer(emit, x, src_chunk), x) for x in emit.siblings())
+        if not sending:
             deps = [emit.last_compute] if emit.last_compute >= 0 else []
-        comm = CommOp("p2p", (src, dst), self.p2p_bytes, "pp", pairs, "direct")
-        position = emit.mesh.with_stage(src, 0)  # the pipeline src and dst belong to
+        src, dst, comm, position = self._p2p_op(emit, src_chunk, dst_chunk, sending)
         join: Hashable = ("pp", what, mb, src_chunk, dst_chunk, position)
         kind: Literal["send", "recv"] = "send" if sending else "recv"
         info = TaskInfo(mb=mb, src=src, dst=dst, src_chunk=src_chunk, dst_chunk=dst_chunk, role=kind)
-        return emit.task(f"pp.{kind}.{what}", f"{kind}.{what}", "pp", comm=comm, join=join, deps=deps or [], info=info)
+        stream, name = _P2P_NAMES[kind, what]
+        return emit.task(stream, name, "pp", comm=comm, join=join, deps=deps or [], info=info)
