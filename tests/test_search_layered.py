@@ -136,15 +136,18 @@ def test_ep_and_etp_are_enumerated_for_moe_models_only():
 
 
 def test_cli_search_reports_each_stage(cli, tmp_path):
-    """The CLI prints what each stage kept and the margin; search.json carries the same."""
+    """The CLI prints what each stage kept and the margin; search.json (--out, --json) carries the same."""
     path = tmp_path / "base.yaml"
     path.write_text("model: gpt3-1.3b\ncluster: {node: g5.12xlarge, nodes: 1}\n"
                     "training: {micro_batch: 1, global_batch: 32}\n")
     out = tmp_path / "out"
-    result = cli("search", path, "--executor", "serial", "--top", "2", "--max-micro-batch", "1", "--out", out)
+    result = cli("search", path, "--executor", "serial", "--top", "2", "--max-micro-batch", "1", "--out", out,
+                 "--json", tmp_path / "search.json")
     assert result.exit_code == 0, result.output
     assert "stage 1:" in result.output and "stage 2:" in result.output and "stage 3: 2 simulated whole" in result.output
     assert f"{100 * ESTIMATE_MARGIN:.0f}%" in result.output
-    stages = json.loads((out / "search.json").read_text())["stages"]
+    document = json.loads((out / "search.json").read_text())
+    assert json.loads((tmp_path / "search.json").read_text())["stages"] == document["stages"]
+    stages = document["stages"]
     assert stages["whole"]["simulated"] == 2 and stages["short_runs"]["margin"] == ESTIMATE_MARGIN
     assert stages["closed_form"]["candidates"] == stages["short_runs"]["kept"] + stages["short_runs"]["pruned"]

@@ -11,7 +11,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from simulator.cli.common import check_output_dir, console, fail, guard, print_table, safe
+from simulator.cli.common import check_output_dir, check_output_file, console, fail, guard, print_table, safe
 from simulator.cli.progress import sweep_progress
 from simulator.errors import ScenarioError
 
@@ -39,6 +39,8 @@ def search(
                                                  "candidate whose closed-form estimate times (1 - margin) could enter "
                                                  "the top (default: the estimate's measured error margin; 1: only "
                                                  "the proven bound prunes)")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the search (counts, what each stage kept, "
+                                                   "estimates, predictions, ranking) as JSON")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="folder for the simulation cache and search.json")] = None,
 ) -> None:
     """Find the fastest (or cheapest) parallel layout of SCENARIO's model on its cluster.
@@ -59,6 +61,7 @@ def search(
     if objective not in ("throughput", "cost", "time-to-train"):
         fail(f"--objective {objective!r}: expected throughput, cost or time-to-train")
     check_output_dir(out, "--out", inside=("cache",))
+    check_output_file(json_path, "--json")
     base = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     budget = guard(lambda: _parse_count(tokens, "--tokens")) if tokens else None
     node_counts = guard(lambda: tuple(_parse_node_count(n) for n in nodes.split(","))) if nodes else None
@@ -85,11 +88,11 @@ def search(
 
     report = guard(run_all)
     _print_search(report, base)
-    if out is not None:
+    for path in ([out / "search.json"] if out is not None else []) + ([json_path] if json_path is not None else []):
         from simulator.sweep import atomic_write_text
 
-        atomic_write_text(out / "search.json", json.dumps(_search_document(report), indent=1, default=str) + "\n")
-        console.print(f"search written to {safe(out / 'search.json')}")
+        atomic_write_text(path, json.dumps(_search_document(report), indent=1, default=str) + "\n")
+        console.print(f"search written to {safe(path)}")
 
 
 def _parse_count(text: str, option: str) -> float:
