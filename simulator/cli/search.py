@@ -11,7 +11,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from simulator.cli.common import check_output_dir, console, fail, guard, print_table, safe
+from simulator.cli.common import check_output_dir, check_output_file, console, fail, guard, print_table, safe
 from simulator.cli.progress import sweep_progress
 from simulator.errors import ScenarioError
 
@@ -35,14 +35,21 @@ def search(
     max_micro_batch: Annotated[int, typer.Option("--max-micro-batch", min=1)] = 8,
     max_estimates: Annotated[int, typer.Option("--max-estimates", min=0, help="stop after estimating this many "
                                                "candidates, most promising first (0: no cap)")] = 0,
+    margin: Annotated[float | None, typer.Option("--margin", min=0.0, max=1.0, help="stage 2 simulates every "
+                                                 "candidate whose closed-form estimate times (1 - margin) could enter "
+                                                 "the top (default: the estimate's measured error margin; 1: only "
+                                                 "the proven bound prunes)")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the search (counts, what each stage kept, "
+                                                   "estimates, predictions, ranking) as JSON")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="folder for the simulation cache and search.json")] = None,
 ) -> None:
     """Find the fastest (or cheapest) parallel layout of SCENARIO's model on its cluster.
 
-    Enumerates tp, pp, cp, dp, micro-batch, schedule (and virtual stages), sharding and
-    recomputation; prunes invalid and out-of-memory layouts before simulating; predicts the
-    rest best-first from short simulations until nothing left can enter the top; simulates
-    the best whole and prints them with why the best wins.
+    Enumerates tp, pp, cp, dp, micro-batch, schedule (and virtual stages), sharding,
+    recomputation and, for MoE models, ep and etp; prunes invalid and out-of-memory layouts;
+    stage 1 estimates every candidate's step in closed form; stage 2 simulates (short runs),
+    best first, those whose estimate less its error margin could still enter the top; stage 3
+    simulates the best whole. Prints what each stage kept and why the best wins.
     """
     import simulator
     from simulator.search import SearchSpace
@@ -54,6 +61,7 @@ def search(
     if objective not in ("throughput", "cost", "time-to-train"):
         fail(f"--objective {objective!r}: expected throughput, cost or time-to-train")
     check_output_dir(out, "--out", inside=("cache",))
+    check_output_file(json_path, "--json")
     base = guard(lambda: simulator.load_scenario(scenario, overrides=list(set_ or [])))
     budget = guard(lambda: _parse_count(tokens, "--tokens")) if tokens else None
     node_counts = guard(lambda: tuple(_parse_node_count(n) for n in nodes.split(","))) if nodes else None
@@ -75,15 +83,16 @@ def search(
 
             return run_search(base, executor=pool, space=space, objective=objective,  # type: ignore[arg-type]
                               tokens=budget, prices=table, top=top, batch=4 * n_workers,
-                              max_estimates=max_estimates, cache_dir=cache, progress=show)
+                              max_estimates=max_estimates, cache_dir=cache, progress=show,
+                              **({} if margin is None else {"margin": margin}))
 
     report = guard(run_all)
     _print_search(report, base)
-    if out is not None:
+    for path in ([out / "search.json"] if out is not None else []) + ([json_path] if json_path is not None else []):
         from simulator.sweep import atomic_write_text
 
-        atomic_write_text(out / "search.json", json.dumps(_search_document(report), indent=1, default=str) + "\n")
-        console.print(f"search written to {safe(out / 'search.json')}")
+        atomic_write_text(path, json.dumps(_search_document(report), indent=1, default=str) + "\n")
+        console.print(f"search written to {safe(path)}")
 
 
 def _parse_count(text: str, option: str) -> float:
@@ -119,10 +128,9 @@ def _print_search(report: Any, base: Any) -> None:
         f"on {cluster.n_nodes} x {cluster.node_type.name} ({cluster.world_size} x {cluster.gpu_name}), global batch "
         f"{base.training.global_batch} x {base.model.seq_len} tokens, {base.training.precision}"))
     console.print(f"{report.enumerated} layouts: {report.invalid} invalid, {report.over_memory} over memory "
-                  f"(estimate), {report.bounded_out} unable to beat the top {len(report.ranked) or '-'} (bound)"
-                  + (f", {report.capped} not reached (--max-estimates)" if report.capped else "")
-                  + f"; {report.estimated} estimated from short runs ({report.simulated_oom} out of memory), "
-                  f"{report.simulated} simulated whole, {report.wall_s:.0f} s", highlight=False)
+                  f"(estimate); {report.wall_s:.0f} s in all", highlight=False)
+    for line in _stage_lines(report):
+        console.print(f"  {line}", highlight=False)
     table = Table(title=f"best by {safe(report.objective)}", title_justify="left", box=box.SIMPLE_HEAD,
                   show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
     for col in ("layout", "settings", "step", "tokens/s", "MFU", "free mem", "to train", "cost"):
@@ -154,6 +162,19 @@ def _print_search(report: Any, base: Any) -> None:
         console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
 
 
+def _stage_lines(report: Any) -> list[str]:
+    """What each stage of the layered search kept, and the bound that justified pruning."""
+    cutoff = f"{report.cutoff_s:.3f} s" if report.cutoff_s is not None else "-"
+    kept = (f"stage 2: {report.estimated} simulated (short runs; {report.simulated_oom} out of memory, "
+            f"{report.retried} retried with heavier recomputation): those whose estimate less "
+            f"{100 * report.margin:.0f}% (the estimate's error margin) or proven bound could still beat the "
+            f"top {len(report.ranked) or '-'}'s simulated step ({cutoff}); {report.bounded_out} pruned")
+    if report.capped:
+        kept += f", {report.capped} not reached (--max-estimates)"
+    return [f"stage 1: {report.stage1} candidates estimated in closed form ({report.stage1_s:.1f} s)",
+            kept, f"stage 3: {report.simulated} simulated whole"]
+
+
 def _search_document(report: Any) -> dict[str, Any]:
     return {
         "objective": report.objective,
@@ -163,6 +184,11 @@ def _search_document(report: Any) -> dict[str, Any]:
         "ranked": [{"layout": r.label, "recompute": r.candidate.recompute, "time_to_train_s": r.time_to_train_s,
                     "cost_usd": r.cost_usd, "metrics": r.metrics,
                     "scenario": r.scenario.model_dump(mode="json", by_alias=True)} for r in report.ranked],
+        "stages": {"closed_form": {"candidates": report.stage1, "wall_s": report.stage1_s},
+                   "short_runs": {"kept": report.estimated, "pruned": report.bounded_out, "margin": report.margin,
+                                  "cutoff_step_s": report.cutoff_s},
+                   "whole": {"simulated": report.simulated}},
+        "estimated_step_s": dict(report.closed_form),
         "predicted_step_s": dict(report.predictions),
         "baseline": report.baseline,
         "prices": {k: v.model_dump() for k, v in report.prices.items()},

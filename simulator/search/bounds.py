@@ -7,34 +7,33 @@ of its step time from its own compute and unhidden tensor-parallel traffic
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from simulator.scenario import Scenario
 
-__all__ = ["step_bound_s"]
+__all__ = ["step_bound_s", "stage_passes", "bound_from_passes"]
 
 
-def step_bound_s(scenario: Scenario, profile: Any = None) -> float:
-    """A lower bound of the simulated step time, from the busiest pipeline stage's own work.
-
-    Per micro-batch, a stage runs its layers' forward and backward steps
-    (:meth:`LayerEmitter.steps <simulator.workload.layers.LayerEmitter.steps>`, costed as the simulator costs them; a second forward per
-    layer under ``full`` recomputation, ``selective``'s replay is in the backward). The
-    tensor- and context-parallel collectives between those steps that nothing overlaps are
-    charged their least possible time: every rank must receive ``(n-1)/n`` of the bytes
-    through its NVLink (or PCIe) port, ``(n-1)/n * nbytes / port bandwidth``. The step is at
-    least ``m`` times that; with 1F1B the first stage also waits, before its first backward,
-    for micro-batch 0 to go through the later stages and back, less the forwards it runs
-    meanwhile. No other communication, bubble or the optimizer step: the simulated step is
-    never shorter.
-    """
+def stage_passes(scenario: Scenario, profile: Any = None, workload: Any = None,
+                 comm_s: Callable[[Any, int], float] | None = None,
+                 nccl: Any = None) -> tuple[Any, list[float], list[float]]:
+    """The workload of ``scenario`` (without its program) and, per pipeline stage, one
+    micro-batch's forward and backward seconds through all its chunks: the layers' steps as
+    the simulator costs them (:meth:`LayerEmitter.steps <simulator.workload.layers.LayerEmitter.steps>`;
+    a second forward per layer under ``full`` recomputation, ``selective``'s replay is in the
+    backward), the tensor- and context-parallel collectives that nothing overlaps charged
+    their least possible time: every rank must receive ``(n-1)/n`` of the bytes through its
+    NVLink (or PCIe) port, ``(n-1)/n * nbytes / port bandwidth``; or ``comm_s(step, n)``
+    seconds when given (``n``: the step's group size). ``workload``: the scenario's, when
+    already built; ``nccl``: the catalog's NCCL constants (default: the default catalog's)."""
     from simulator.workload import build_workload, compute_profile
     from simulator.workload.steps import CommStep
 
     par, cluster = scenario.parallelism, scenario.cluster
     if profile is None:
         profile = compute_profile(cluster.gpu_spec, cluster.calibration)
-    builder = build_workload(scenario, profile, gpus_per_node=cluster.gpus_in_node)
+    builder = workload or build_workload(scenario, profile, gpus_per_node=cluster.gpus_in_node, nccl=nccl)
     layers = builder.layers
     gpu = cluster.gpu_spec
     port_bytes_per_s = max(gpu.nvlink.bandwidth_bytes_per_s if gpu.nvlink else 0.0,
@@ -47,7 +46,9 @@ def step_bound_s(scenario: Scenario, profile: Any = None) -> float:
             step = timed.step
             if isinstance(step, CommStep):
                 n = group.get(step.axis, 1)
-                if not step.overlap and n > 1:
+                if comm_s is not None:
+                    total += comm_s(step, n)
+                elif not step.overlap and n > 1:
                     total += (n - 1) / n * step.nbytes / port_bytes_per_s
             else:
                 total += timed.duration_s
@@ -66,6 +67,26 @@ def step_bound_s(scenario: Scenario, profile: Any = None) -> float:
             b += sum(n * bwd[kind] for kind, n in units)
         forward.append(f)
         backward.append(b)
+    return builder, forward, backward
+
+
+def step_bound_s(scenario: Scenario, profile: Any = None) -> float:
+    """A lower bound of the simulated step time, from the busiest pipeline stage's own work.
+
+    Per micro-batch, a stage runs its layers' forward and backward passes
+    (:func:`stage_passes`: compute as the simulator costs it, unhidden tensor- and
+    context-parallel traffic at its least possible time). The step is at least ``m`` times
+    that; with 1F1B the first stage also waits, before its first backward, for micro-batch 0
+    to go through the later stages and back, less the forwards it runs meanwhile. No other
+    communication, bubble or the optimizer step: the simulated step is never shorter.
+    """
+    _, forward, backward = stage_passes(scenario, profile)
+    return bound_from_passes(scenario, forward, backward)
+
+
+def bound_from_passes(scenario: Scenario, forward: list[float], backward: list[float]) -> float:
+    """:func:`step_bound_s` from the stages' passes (:func:`stage_passes`)."""
+    par = scenario.parallelism
     m = scenario.micro_batches
     bound = m * max(f + b for f, b in zip(forward, backward, strict=True))
     if par.pp > 1 and par.pipeline_schedule == "1f1b":

@@ -8,18 +8,18 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from simulator.errors import ScenarioError
 from simulator.scenario import Scenario
-from simulator.search.bounds import step_bound_s
+from simulator.search.estimate import ESTIMATE_MARGIN, CommCoster, closed_form_s, terms_of
 from simulator.search.prediction import Estimate, estimate_round, simulate_rows
 from simulator.search.pricing import PriceTable, chinchilla_tokens, time_to_train_s, training_cost_usd
-from simulator.search.pruning import candidates
+from simulator.search.pruning import admitted, screen
 from simulator.search.report import Ranked, SearchReport
-from simulator.search.space import Layout, Objective, SearchSpace, layout_scenario
+from simulator.search.space import Layout, Objective, SearchSpace, layout_scenario, scenario_json
 from simulator.sweep import SweepProgress
+from simulator.workload.builder import overlap_slowdown
 from simulator.workload.memory_estimate import estimate_peak_memory
 
 __all__ = ["search"]
@@ -45,6 +45,7 @@ def search(
     top: int = 10,
     batch: int = 8,
     max_estimates: int = 0,
+    margin: float = ESTIMATE_MARGIN,
     cache_dir: str | None = None,
     progress: Callable[[str, SweepProgress], None] | None = None,
 ) -> SearchReport:
@@ -55,6 +56,9 @@ def search(
     ``prices``: the node price table (needed for ``cost``); ``batch``: candidates estimated
     per round (keep it a few times the executor's workers); ``max_estimates``: stop after
     estimating this many candidates, most promising first (0: until the bound says stop);
+    ``margin``: stage 2 keeps every candidate whose closed-form estimate times ``1 - margin``
+    could still enter the top (default :data:`~simulator.search.estimate.ESTIMATE_MARGIN`,
+    the estimate's measured error; 1: only the proven bound prunes);
     ``cache_dir``: keep simulated points there (a rerun is then nearly free);
     ``progress(stage, state)`` is called as points finish.
     """
@@ -71,7 +75,7 @@ def search(
     budget = float(tokens) if tokens is not None else chinchilla_tokens(_params(base))
     report = SearchReport(objective, budget, tokens_default=tokens is None,
                           prices={node: price} if price is not None else {})
-    base_json = base.model_dump(mode="json", by_alias=True)
+    base_json = scenario_json(base)
     profile = _profile(base)
 
     def score(step_s: float, layout: Layout) -> float:
@@ -85,11 +89,26 @@ def search(
         assert price is not None
         return hours * layout.nodes * price.usd_per_hour
 
-    queue = [(score(step_bound_s(c.scenario, profile), c.layout), c) for c in candidates(base, space, report)]
-    report.candidates = len(queue)
+    # stage 1: every candidate's closed-form estimate, in one vectorised pass over their terms
+    t1 = time.perf_counter()
+    screened = screen(base, space, report, executor, chunks=max(2, batch // 2))
+    slowdown = overlap_slowdown(base)
+    estimates_s = closed_form_s([t for _, t in screened], slowdown)
+    report.candidates = report.stage1 = len(screened)
+    report.margin = margin
+    report.stage1_s = time.perf_counter() - t1
+
+    def lower(step_estimate_s: float, bound_s: float) -> float:
+        """What the simulated step cannot be below: the proven bound, or the estimate less its margin."""
+        return max(bound_s, (1.0 - margin) * step_estimate_s)
+
+    queue = [(score(lower(float(e), t.bound_s), c.layout), c) for (c, t), e in zip(screened, estimates_s, strict=True)]
+    report.closed_form = sorted(((c.label, float(e)) for (c, _), e in zip(screened, estimates_s, strict=True)),
+                                key=lambda item: item[1])
     queue.sort(key=lambda item: (item[0], item[1].label))
     estimates: list[tuple[float, Estimate]] = []
     threshold = math.inf
+    comm: CommCoster | None = None
     with tempfile.TemporaryDirectory(prefix="dtsim-search-") as scratch:
         folder = cache_dir or scratch
         stage = 1
@@ -100,17 +119,19 @@ def search(
                 break
             round_ = [cand for bound, cand in queue[:batch] if bound <= threshold]  # a prefix: queue is sorted
             queue = queue[len(round_):]
-            for est in estimate_round(round_, folder, executor, progress, f"estimate {stage}"):
+            for est in estimate_round(round_, folder, executor, progress, f"stage 2, round {stage}"):
                 report.estimated += 1
                 cand = est.candidate
                 if est.oom:
                     report.simulated_oom += 1
-                    if cand.fallbacks:  # the next heavier recompute policy the estimate admitted
+                    heavier = admitted(base_json, cand)  # the next heavier recompute policy the estimate admits
+                    if heavier is not None:
                         report.retried += 1
-                        heavier = replace(cand, recompute=cand.fallbacks[0], fallbacks=cand.fallbacks[1:],
-                                          scenario=layout_scenario(base_json, cand.layout, cand.fallbacks[0]))
-                        bisect.insort(queue, (score(step_bound_s(heavier.scenario, profile), heavier.layout),
-                                              heavier), key=lambda item: (item[0], item[1].label))
+                        comm = comm or CommCoster(base)
+                        terms = terms_of(heavier.scenario, profile, comm)
+                        again = float(closed_form_s([terms], slowdown)[0])
+                        bisect.insort(queue, (score(lower(again, terms.bound_s), heavier.layout), heavier),
+                                      key=lambda item: (item[0], item[1].label))
                 elif est.error is not None:
                     report.failed += 1
                 else:
@@ -121,11 +142,15 @@ def search(
                 threshold = estimates[top - 1][0]
             stage += 1
         report.bounded_out = len(queue)
+        report.cutoff_s = estimates[top - 1][1].step_s if top and len(estimates) >= top else None
         report.predictions = [(e.candidate.label, e.step_s) for _, e in estimates]
         best = [e.candidate for _, e in estimates[:max(1, top)]]
-        rows = simulate_rows([c.scenario for c in best], folder, executor, progress, "confirm")
+        baseline, naive = _baseline(base)  # simulated beside the finalists, in the same sweep
+        rows = simulate_rows([c.scenario for c in best] + ([naive] if naive is not None else []), folder, executor,
+                             progress, "stage 3: simulate whole")
         report.simulated = len(best)
-        report.baseline = _baseline(base, folder, executor, progress)
+        report.baseline = _baseline_verdict(baseline, rows[len(best)] if naive is not None else None)
+        rows = rows[:len(best)]
 
     for cand, row in zip(best, rows, strict=True):
         if row.get("error") is not None:
@@ -151,23 +176,28 @@ def _params(base: Scenario) -> float:
     return float(ModelLayout(base).counts.total)
 
 
-def _baseline(base: Scenario, folder: str, executor: Any,
-              progress: Callable[[str, SweepProgress], None] | None) -> dict[str, Any]:
+def _baseline(base: Scenario) -> tuple[dict[str, Any], Scenario | None]:
     """Naive data parallelism on the base cluster: PyTorch DDP, no model parallelism, no
-    recomputation, the base micro-batch. Its memory is estimated and it is simulated."""
+    recomputation, the base micro-batch; its memory estimated, and its scenario to simulate
+    (None when invalid)."""
     cluster = base.cluster
     layout = Layout(cluster.n_nodes, 1, 1, 1, cluster.world_size, base.training.micro_batch, "1f1b", 1, "none", None)
     out: dict[str, Any] = {"label": layout.label + " rc=none"}
     try:
-        scenario = layout_scenario(base.model_dump(mode="json", by_alias=True), layout, "none")
+        scenario = layout_scenario(scenario_json(base), layout, "none")
     except ScenarioError as exc:
         out.update(verdict="invalid", reason=str(exc))
-        return out
+        return out, None
     out["estimated_peak_bytes"] = estimate_peak_memory(scenario).peak_bytes
-    row = simulate_rows([scenario], folder, executor, progress, "baseline")[0]
+    return out, scenario
+
+
+def _baseline_verdict(out: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
+    """The baseline's entry with its simulated row (``row`` None: it was invalid)."""
+    if row is None:
+        return out
     out["metrics"] = row
     out["verdict"] = "out of memory" if row.get("oom") else ("failed" if row.get("error") else "fits")
     if row.get("error"):
         out["reason"] = row["error"]
     return out
-

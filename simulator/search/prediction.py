@@ -15,6 +15,7 @@ from typing import Any
 
 from simulator.scenario import Scenario
 from simulator.search.report import Candidate
+from simulator.search.space import scenario_json
 from simulator.sweep import SweepPoint, SweepProgress, run_sweep
 
 __all__ = ["probe_micro_batches", "Estimate", "estimate_round", "simulate_rows"]
@@ -42,8 +43,8 @@ def probe_micro_batches(scenario: Scenario) -> tuple[int, int] | None:
 
 
 def _with_micro_batches(scenario: Scenario, m: int) -> Scenario:
-    data = scenario.model_dump(mode="json", by_alias=True)
-    data["training"]["global_batch"] = m * scenario.training.micro_batch * scenario.dp
+    data = scenario_json(scenario)
+    data.setdefault("training", {})["global_batch"] = m * scenario.training.micro_batch * scenario.dp
     return Scenario.model_validate(data)
 
 

@@ -64,6 +64,14 @@ class SearchReport:
     simulated_oom: int = 0  # of those, out of memory in the simulation
     failed: int = 0
     simulated: int = 0  # best predictions simulated whole
+    # the layered search: stage 1 estimates every candidate in closed form; stage 2 simulates
+    # (short runs) those whose estimate less ``margin`` could still enter the top (``estimated``);
+    # stage 3 simulates the finalists whole (``simulated``)
+    stage1: int = 0  # candidates estimated in closed form
+    stage1_s: float = 0.0  # wall time of stage 1 (validation, memory estimate, closed form)
+    margin: float = 0.0  # the estimate's error margin that justified pruning (fraction)
+    cutoff_s: float | None = None  # the top-th simulated step: stage 2 kept what could beat it
+    closed_form: list[tuple[str, float]] = field(default_factory=list)  # label, estimated step (s), best first
     predictions: list[tuple[str, float | None]] = field(default_factory=list)  # label, predicted step (s), best first
     ranked: list[Ranked] = field(default_factory=list)
     baseline: dict[str, Any] | None = None  # plain DDP: label, verdict, metrics

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
-from typing import Literal
+from typing import Any, Literal
 
 from simulator.costs.flops import ParamCounts, param_counts
 from simulator.costs.moe import expert_params, moe_mlp_params
@@ -41,6 +41,7 @@ class ModelLayout:
     counts: ParamCounts = field(init=False)
     chunks: list[Chunk] = field(init=False)
     _stage_params: dict[int, list[Param]] = field(init=False, default_factory=dict)
+    _numel: dict[tuple[Any, ...], int] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         m = self.scenario.model
@@ -153,7 +154,21 @@ class ModelLayout:
         return float(sum(p.numel for p in self.stage_params(pp_rank) if p.name.endswith(".experts")))
 
     def params_of_chunk(self, chunk: Chunk) -> float:
-        return float(sum(p.numel for p in self.chunk_params(chunk)))
+        """Elements of :meth:`chunk_params`, summed per kind of part (every dense layer holds
+        the same parameters, every MoE layer too; the embedding and logits ends by which of them
+        the chunk has): the search asks this of thousands of layouts."""
+        m = self.scenario.model
+        total = self._kind_numel(("ends", chunk.embedding, chunk.logits), Chunk(-1, (), chunk.embedding, chunk.logits))
+        for layer in chunk.layers:
+            moe = m.is_moe_layer(layer)
+            total += self._kind_numel(("layer", moe), Chunk(-1, (layer,), False, False))
+        return float(total)
+
+    def _kind_numel(self, key: tuple[Any, ...], chunk: Chunk) -> int:
+        found = self._numel.get(key)
+        if found is None:
+            found = self._numel[key] = sum(p.numel for p in self.chunk_params(chunk))
+        return found
 
     def stage_params(self, pp_rank: int) -> list[Param]:
         found = self._stage_params.get(pp_rank)
