@@ -1,0 +1,73 @@
+"""What the outputs show of the ``faults`` section (issue 16): the report's step-time
+distribution and perturbation table, fault markers in the HTA rank files, and the inner
+kernels of a slowed fused task stretched over its slowed span."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import SCENARIOS
+
+import simulator
+from simulator.scenario.faults import FaultsSpec
+from simulator.units import MILLISECOND
+
+STRAGGLER = SCENARIOS / "straggler-ddp-p4d.yaml"
+
+
+@pytest.fixture(scope="module")
+def straggler() -> Any:
+    """The shipped straggler scenario (4 p4d, rank 3 at 1.5x, NIC 0 of node 1 at half rate and
+    +5 us, 2% jitter) with 4 samples (seeds 7..10) instead of 10."""
+    return simulator.run_simulation(simulator.load_scenario(STRAGGLER, overrides=["sim.samples=4"]))
+
+
+def _quick(**faults: Any) -> Any:
+    """The quick-start DDP job on one p4d, overlap slowdown 0 (a fused task's nominal span is
+    exactly its kernels' sum), with the given faults."""
+    sc = simulator.load_scenario(SCENARIOS / "quickstart.yaml", overrides=["sim.overlap_slowdown=0"])
+    return simulator.run_simulation(sc.model_copy(update={"faults": FaultsSpec.model_validate(faults)}))
+
+
+def test_the_report_draws_the_samples_and_the_perturbations(straggler: Any) -> None:
+    """The report of the straggler run ends with 'Step-time distribution' and 'Perturbations'.
+    The distribution's sample trace is Result.faults.samples.step_times_s sorted, in ms; its
+    mean, p50 and p99 lines sit at those fields; the slowest-rank bar is slowest_counts (rank 3
+    in all 4 samples: its compute is 1.5x everyone's, far beyond 2% jitter). The table names
+    rank 3 at x1.5, the 2% jitter, both directions of node 1's NIC 0 at x0.5 +5 us (entry
+    faults.links[0]) and ranks 0-31 simulated individually."""
+    from simulator.viz.faults import QUANTILE_LINES
+    from simulator.viz.report import report_figures, report_html
+
+    s = straggler.result.faults.samples
+    figures = dict(report_figures(straggler))
+    assert list(figures)[-2:] == ["Step-time distribution", "Perturbations"]
+    dist = figures["Step-time distribution"]
+    by_name = {t.name.split(" ")[0]: t for t in dist.data}
+    assert list(by_name["samples"].y) == pytest.approx([t / MILLISECOND for t in sorted(s.step_times_s)], rel=1e-12)
+    assert [c[0] for c in by_name["samples"].customdata] == [s.seeds[i] for i in
+                                                            sorted(range(4), key=s.step_times_s.__getitem__)]
+    for name, field, _ in QUANTILE_LINES:
+        assert list(by_name[name].y) == pytest.approx([getattr(s, field) / MILLISECOND] * 2, rel=1e-12)
+    assert s.slowest_counts == {3: 4}
+    assert (list(by_name["slowest"].x), list(by_name["slowest"].y)) == (["rank 3"], [4])
+    what, where, effect = (list(c) for c in figures["Perturbations"].data[0].cells.values)
+    assert what == ["straggler", "jitter", "link", "link", "simulated individually"]
+    assert where[0] == "rank 3" and effect[0] == "compute x1.5" and "cv 0.02" in effect[1]
+    assert sorted(w.split(" ")[0] for w in where[2:4]) == ["leaf0->n1.nic0", "n1.nic0->leaf0"]
+    assert all("faults.links[0]" in w for w in where[2:4])
+    assert effect[2:4] == ["bandwidth x0.5, latency +5 us"] * 2 and where[4] == "ranks 0-31"
+    html = report_html(straggler, simulator.load_scenario(STRAGGLER, overrides=["sim.samples=4"]))
+    assert "<h2>Step-time distribution</h2>" in html and "<h2>Perturbations</h2>" in html
+
+
+def test_no_distribution_without_samples_and_no_table_without_faults() -> None:
+    """One iteration with a straggler: the table, no distribution; a healthy run: neither."""
+    from simulator.viz.report import report_figures
+
+    slowed = [title for title, _ in report_figures(_quick(stragglers=[{"ranks": [3], "slowdown": 1.5}]))]
+    assert "Perturbations" in slowed and "Step-time distribution" not in slowed
+    healthy = simulator.run_simulation(simulator.load_scenario(SCENARIOS / "quickstart.yaml"))
+    titles = [title for title, _ in report_figures(healthy)]
+    assert "Perturbations" not in titles and "Step-time distribution" not in titles
