@@ -4,12 +4,15 @@ kernels of a slowed fused task stretched over its slowed span."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from typing import Any
 
 import pytest
 from conftest import SCENARIOS
 
 import simulator
+from simulator.results.export import hta_document, write_hta_traces
 from simulator.scenario.faults import FaultsSpec
 from simulator.units import MILLISECOND
 
@@ -71,3 +74,29 @@ def test_no_distribution_without_samples_and_no_table_without_faults() -> None:
     healthy = simulator.run_simulation(simulator.load_scenario(SCENARIOS / "quickstart.yaml"))
     titles = [title for title, _ in report_figures(healthy)]
     assert "Perturbations" not in titles and "Step-time distribution" not in titles
+
+
+def test_hta_files_carry_the_fault_markers_and_hta_still_reads_them(straggler: Any, tmp_path: Any) -> None:
+    """Rank 3's HTA file: an instant 'straggler: compute x1.5' (process scope) and the two
+    global link markers on its CPU thread at ts 0, without dur; its GPU label says straggler;
+    rank 0's file has only the link markers. HTA drops events without dur on load, so its
+    temporal breakdown still equals the Result's compute per rank (as for a healthy run)."""
+    doc = hta_document(straggler, 3)
+    faults = [e for e in doc["traceEvents"] if e.get("cat") == "fault"]
+    assert {e["ph"] for e in faults} == {"i"} and all("dur" not in e and e["ts"] == 0 for e in faults)
+    assert all(e["pid"] == 1_000_003 and e["tid"] == 1 for e in faults)
+    assert [e["name"] for e in faults if e["s"] == "p"] == ["straggler: compute x1.5"]
+    assert sorted(e["name"] for e in faults if e["s"] == "g") == [
+        "link leaf0->n1.nic0: bandwidth x0.5, latency +5 us", "link n1.nic0->leaf0: bandwidth x0.5, latency +5 us"]
+    labels = [e["args"]["labels"] for e in doc["traceEvents"] if e["name"] == "process_labels"]
+    assert labels[0].endswith(", straggler x1.5")
+    assert doc["otherData"]["faults"]["samples"]["slowest_counts"] == {"3": 4}
+    assert [e["s"] for e in hta_document(straggler, 0)["traceEvents"] if e.get("cat") == "fault"] == ["g", "g"]
+    paths = write_hta_traces(straggler, tmp_path, ranks=[0, 3])
+    with gzip.open(paths[1], "rt") as fh:
+        assert json.load(fh)["distributedInfo"]["rank"] == 3
+    trace_analysis = pytest.importorskip("hta.trace_analysis")
+    df = trace_analysis.TraceAnalysis(trace_dir=str(tmp_path)).get_temporal_breakdown(visualize=False)
+    compute = {b.rank: b.compute_s for b in straggler.result.stage_breakdown}
+    for rank in (0, 3):
+        assert df[df["rank"] == rank].iloc[0]["compute_time(us)"] * 1e-6 == pytest.approx(compute[rank], rel=1e-3)
