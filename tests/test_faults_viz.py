@@ -13,6 +13,8 @@ from conftest import SCENARIOS
 
 import simulator
 from simulator.results.export import hta_document, write_hta_traces
+from simulator.results.export.chrome import trace_document
+from simulator.results.rows import expand_fused
 from simulator.scenario.faults import FaultsSpec
 from simulator.units import MILLISECOND
 
@@ -74,6 +76,34 @@ def test_no_distribution_without_samples_and_no_table_without_faults() -> None:
     healthy = simulator.run_simulation(simulator.load_scenario(SCENARIOS / "quickstart.yaml"))
     titles = [title for title, _ in report_figures(healthy)]
     assert "Perturbations" not in titles and "Step-time distribution" not in titles
+
+
+def test_inner_kernels_of_a_slowed_fused_task_fill_its_span() -> None:
+    """Quick-start DDP, rank 3 at 1.5x, overlap slowdown 0. Each forward is one fused task of
+    pure compute (no private collectives with tp 1): nominal span N = sum of its kernels, and
+    the straggler's task takes N + (1.5 - 1) N = 1.5 N. Its inner timeline is stretched by
+    1.5 N / N = 1.5, so a kernel at offset t with duration d on rank 0 sits at 1.5 t .. 1.5 (t + d)
+    on rank 3, and the last kernel ends exactly at the task's end; the Chrome trace carries the
+    same slices."""
+    sim = _quick(stragglers=[{"ranks": [3], "slowdown": 1.5}])
+
+    def first_fused(rank: int) -> Any:
+        return next(r for r in sim.rows if r.rank == rank and r.info is not None and r.info.fused is not None)
+
+    healthy, slowed = first_fused(0), first_fused(3)
+    assert slowed.info.fused.nominal_s == healthy.duration_s
+    assert slowed.duration_s == pytest.approx(1.5 * healthy.duration_s, rel=1e-12)
+    fast, slow = expand_fused([healthy]), expand_fused([slowed])
+    assert len(fast) == len(slow) > 2
+    for a, b in zip(fast, slow, strict=True):
+        assert b.start_s - slowed.start_s == pytest.approx(1.5 * (a.start_s - healthy.start_s), rel=1e-9, abs=1e-15)
+        assert b.end_s - slowed.start_s == pytest.approx(1.5 * (a.end_s - healthy.start_s), rel=1e-9)
+    assert slow[-1].end_s == pytest.approx(slowed.end_s, rel=1e-12)
+    doc = trace_document(sim, ranks=[3])
+    k = slow[2]
+    (event,) = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["pid"] == 3 and e["name"] == k.name
+                and e["ts"] == pytest.approx(k.start_s * 1e6, abs=1e-3)]
+    assert event["dur"] == pytest.approx((k.end_s - k.start_s) * 1e6, abs=2e-3)
 
 
 def test_hta_files_carry_the_fault_markers_and_hta_still_reads_them(straggler: Any, tmp_path: Any) -> None:
