@@ -98,7 +98,8 @@ class RunFacts:
 
 def stretch(row: Row) -> float:
     """How much longer a fused task ran than its inner timeline (compute slowed by collectives
-    running beside it on the GPU); 1 for other tasks."""
+    running beside it on the GPU, by a straggler's slowdown or by jitter: the engine runs the
+    perturbed duration, ``nominal_s`` stays the unperturbed span); 1 for other tasks."""
     fused = row.info.fused if row.info is not None else None
     return row.duration_s / fused.nominal_s if fused is not None and fused.nominal_s else 1.0
 

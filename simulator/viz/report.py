@@ -18,6 +18,7 @@ from simulator.results.simulation import Simulation
 from simulator.scenario.notes import bandwidth_lines, overlap_settings, setting_notes, why_lines
 from simulator.units import MILLISECOND, format_bytes, format_time
 from simulator.viz.breakdown import breakdown_figure
+from simulator.viz.faults import perturbations_figure, samples_figure
 from simulator.viz.links import link_heatmap_figure, top_links_figure
 from simulator.viz.memory import memory_figure
 from simulator.viz.timeline import timeline_figure
@@ -126,14 +127,19 @@ def oom_banner(result: Any) -> str:
 
 
 def report_figures(sim: Simulation) -> list[tuple[str, Any]]:
-    """(section title, plotly figure) of every figure in the report, in order."""
-    return [
+    """(section title, plotly figure) of every figure in the report, in order; a run with a
+    ``faults`` section adds the table of its perturbations, and one with ``sim.samples`` > 1 the
+    step-time distribution (:mod:`simulator.viz.faults`)."""
+    figures = [
         ("Time breakdown", breakdown_figure(sim.result)),
         ("Timeline", timeline_figure(sim)),
         ("Memory", memory_figure(sim)),
         ("Link utilisation", link_heatmap_figure(sim)),
         ("Busiest links", top_links_figure(sim)),
     ]
+    optional = [("Step-time distribution", samples_figure(sim.result)),
+                ("Perturbations", perturbations_figure(sim.result))]
+    return figures + [(title, fig) for title, fig in optional if fig is not None]
 
 
 # the settings a 3D-parallel run is read by, listed first in the effective-settings table
