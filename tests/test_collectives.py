@@ -72,7 +72,6 @@ def _nic_bytes_per_node(node: str, nodes: int, algorithm: str) -> float:
     """Bytes per byte of D leaving node 0 through its NICs, from the collective plan."""
     from simulator.cluster import Router, build_cluster
     from simulator.cluster.collectives import CollectivePlanner
-    from simulator.catalog import default_catalog
     from simulator.scenario import ClusterSpec
 
     cluster = build_cluster(ClusterSpec.model_validate({"node": node, "nodes": nodes}))
