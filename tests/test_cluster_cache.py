@@ -1,6 +1,8 @@
 """Clusters kept across runs (simulator/cluster/cache.py), nodes copied instead of rebuilt, and
 mesh groups built without enumeration: none of it may change a result."""
 
+import gc
+
 import pytest
 
 import simulator
@@ -167,3 +169,13 @@ def test_routes_summed_in_parts_equal_the_general_sum(spec, monkeypatch):
     monkeypatch.setattr(Router, "_split_route", lambda self, *args: None)
     general = Router(graph, seed=5)
     assert {p: general.route(*p) for p in pairs} == want
+
+
+def test_a_new_cluster_goes_straight_to_the_oldest_gc_generation():
+    """Every link and vertex of a newly built setup's graph is in the collector's oldest
+    generation (2) at once, so young-generation collections never rescan them; the cluster's
+    objects are still tracked (a full collection sees them)."""
+    setup = cache.new_setup(ClusterSpec.model_validate({"node": "dgx-a100", "nodes": 4}), default_catalog(), 0)
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(link) in oldest for link in setup.graph.links)
+    assert all(gc.is_tracked(link) for link in setup.graph.links)

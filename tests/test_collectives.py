@@ -6,8 +6,11 @@ import pytest
 from ruamel.yaml import YAML
 
 import simulator
+from simulator.catalog import default_catalog
+from simulator.cluster.cache import clear_cluster_cache, cluster_setup
 from simulator.costs.collectives import bus_bandwidth_factor, ring_all_reduce_time_s
 from simulator.run import collective_choice
+from simulator.scenario import ClusterSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
@@ -102,3 +105,32 @@ def test_tcp_is_slower_than_efa_at_the_same_line_rate():
     tcp = simulator.simulate_collective(
         {"node": "p3dn.24xlarge", "nodes": 4, "fabric": {"transport": "ethernet-tcp"}}, "all_reduce", GiB)
     assert tcp > efa
+
+
+@pytest.mark.parametrize("spec", [
+    {"node": "dgx-a100", "nodes": 12, "fabric": {"oversubscription": 2, "nodes_per_leaf": 4}},
+    {"node": "dgx-h100", "nodes": 12, "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 4}},
+    {"node": "p4d.24xlarge", "nodes": 6},
+    {"node": "p5.48xlarge", "nodes": 6},
+])
+def test_phase_link_weights_equal_a_running_sum_over_routes(spec):
+    """A phase's per-link bytes (summed over its flows' routes at once) equal, to the bit, the
+    running sum flow by flow and link by link, and its arrays hold the same pairs: ring,
+    tree and all-to-all plans of groups spanning nodes, on four fabrics."""
+    clear_cluster_cache()
+    setup = cluster_setup(ClusterSpec.model_validate(spec), default_catalog(), 3)
+    n = setup.graph.world_size
+    groups = [tuple(range(1, n, 8)), tuple(range(0, n, 5)), tuple(range(8, 24))]
+    plans = [setup.planner.plan(op, algo, g) for g in groups
+             for op, algo in (("all_reduce", "ring"), ("all_reduce", "tree"), ("all_to_all", "direct"))]
+    assert len({p.phases[0].link_weights for p in plans}) == len(plans)  # distinct loads checked
+    for plan in plans:
+        for phase in plan.phases:
+            running: dict[int, float] = {}
+            for f in phase.flows:
+                for link, frac in setup.router.route(f.src, f.dst).links:
+                    running[link] = running.get(link, 0.0) + f.weight * frac
+            assert phase.link_weights == tuple(sorted(running.items()))
+            ids, weights = phase.arrays()
+            assert list(zip(ids.tolist(), weights.tolist(), strict=True)) == list(phase.link_weights)
+    clear_cluster_cache()

@@ -258,3 +258,25 @@ def test_a_fabric_registered_from_outside_builds_and_routes():
         assert simulator.simulate_collective(spec, "all_reduce", 2**24, "ring") > 0
     finally:
         FABRICS.pop("toy-line")
+
+
+@pytest.mark.parametrize("spec", [
+    {"node": "dgx-a100", "nodes": 12, "fabric": {"nodes_per_leaf": 4, "spines": 3}},
+    {"node": "dgx-h100", "nodes": 6, "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 2, "spines": 5}},
+])
+def test_a_chosen_spine_pair_is_that_entry_of_the_leaf_pairs_spine_list(spec):
+    """D-mod-k and ECMP pick one spine by index; the pair of links found for that index alone
+    equals the index-th entry of the full list of the leaf pair's spine paths, for every pair
+    of leaves and every index (3 leaves x 3 spines; 8 rails x 3 leaves x 5 spines)."""
+    graph = build_cluster(ClusterSpec.model_validate(spec))
+    fabric = graph.scale_out
+    leaves = sorted(set(fabric.nic_leaf.values()))
+    checked = 0
+    for a in leaves:
+        for b in leaves:
+            if a == b:
+                continue
+            full = fabric._spines(graph, a, b)
+            assert [fabric._spine_pair(graph, a, b, i) for i in range(len(full))] == full
+            checked += len(full)
+    assert checked == len(leaves) * (len(leaves) - 1) * len(fabric.leaf_spines[leaves[0]])

@@ -37,7 +37,8 @@ class PlannerView(Protocol):
 
     def uniform(self, nodes: Group) -> int | None: ...
 
-    def phase(self, flows: list[Flow], *, steps: int, inter_steps: int, ppn: int, nodes: int) -> PhasePlan: ...
+    def phase(self, flows: list[Flow], *, steps: int, inter_steps: int, ppn: int, nodes: int,
+              channels: int = 1) -> PhasePlan: ...
 
 
 AlgorithmPlanner = Callable[[PlannerView, str, tuple[int, ...], Group], list[PhasePlan]]
@@ -76,8 +77,7 @@ def plan_ring(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group) -> l
         for a, b in zip(order, order[1:] + order[:1], strict=True):
             flows.append(Flow(a, b, per_edge * share))
     inter = (2 * (k - 1) if op == "all_reduce" else k - 1) if k > 1 else 0
-    phase = p.phase(flows, steps=steps, inter_steps=inter, ppn=_ppn(p, nodes), nodes=k)
-    return [replace(phase, channels=len(p.rings(gpus)))]
+    return [p.phase(flows, steps=steps, inter_steps=inter, ppn=_ppn(p, nodes), nodes=k, channels=len(p.rings(gpus)))]
 
 
 def _btree(k: int) -> list[tuple[int, int]]:

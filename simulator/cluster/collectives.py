@@ -243,17 +243,23 @@ class CollectivePlanner:
         ll128 = all(self._ll128_ok(p) for p in phases)
         return CollectivePlan(op, algorithm, gpus, tuple(phases), ll128)
 
-    def phase(self, flows: list[Flow], *, steps: int, inter_steps: int, ppn: int, nodes: int) -> PhasePlan:
-        weights: dict[int, float] = defaultdict(float)
+    def phase(self, flows: list[Flow], *, steps: int, inter_steps: int, ppn: int, nodes: int,
+              channels: int = 1) -> PhasePlan:
+        """The phase of ``flows``: each link's bytes per byte of D summed over the flows' routes.
+
+        The sum runs over one flat list (flows in order, each route's links in order) with
+        ``np.bincount``, which adds sequentially in that order from 0.0: the same additions in
+        the same order as a running per-link sum, so the weights are equal to the bit."""
         net_latency = 0.0
         crosses_net = False
         intra_class = "nvlink"
         route_of = self.router.route
+        pairs: list[tuple[int, float]] = []
+        counts: list[int] = []
         for f in flows:
             route = route_of(f.src, f.dst)
-            weight = f.weight
-            for link_id, frac in route.links:
-                weights[link_id] += weight * frac
+            pairs += route.links
+            counts.append(len(route.links))
             if route.hop_class == "net":
                 crosses_net = True
                 net_latency = max(net_latency, route.latency_s)
@@ -261,19 +267,32 @@ class CollectivePlanner:
                 intra_class = "pcie"
         if self.cluster.node_type.intra_node.kind == "pcie":
             intra_class = "pcie"
-        return PhasePlan(
+        arrays = None
+        link_weights: tuple[tuple[int, float], ...] = ()
+        if pairs:
+            ids, fracs = zip(*pairs, strict=True)
+            terms = np.repeat(np.array([f.weight for f in flows]), counts) * np.array(fracs)
+            used, inverse = np.unique(np.array(ids, dtype=np.int64), return_inverse=True)
+            sums = np.bincount(inverse, weights=terms, minlength=len(used))
+            link_weights = tuple(zip(used.tolist(), sums.tolist(), strict=True))
+            arrays = (used, sums)
+        plan = PhasePlan(
             flows=tuple(flows),
             steps=steps,
             inter_steps=inter_steps,
-            link_weights=tuple(sorted(weights.items())),
+            link_weights=link_weights,
             intra_class=intra_class,
             net_latency_s=net_latency,
             ppn=ppn,
             nodes=nodes,
+            channels=channels,
             intra_latency_s=self.cluster.intra_hop_latency_s,
             net_staged_bytes=self.cluster.transport.staged_message_bytes if crosses_net else 0.0,
             net_staged_bytes_per_s=(self.cluster.transport.staged_copy_bytes_per_s or 0.0) if crosses_net else 0.0,
         )
+        if arrays is not None:  # PhasePlan.arrays() without converting the tuples back
+            plan.__dict__["_arrays"] = arrays
+        return plan
 
     @cached_property
     def _link_kinds(self) -> tuple[np.ndarray, tuple[str, ...]]:

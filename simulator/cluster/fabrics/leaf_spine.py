@@ -28,6 +28,8 @@ class LeafSpineFabric(Fabric):
         self.leaf_spines: dict[str, list[str]] = {}  # leaf -> its spines
         self._nic_cache: dict[NicRef, tuple[int, int, str]] = {}
         self._spine_cache: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        self._up_cache: dict[str, list[int]] = {}  # leaf -> its link to each of its spines
+        self._down_cache: dict[str, dict[str, int]] = {}  # leaf -> spine -> the spine's link down to it
 
     # -- building --------------------------------------------------------------------------
 
@@ -87,26 +89,49 @@ class LeafSpineFabric(Fabric):
                                               for sp in self.leaf_spines[leaf_a]]
         return found
 
+    def _spine_pair(self, cluster: ClusterGraph, leaf_a: str, leaf_b: str, index: int) -> tuple[int, int]:
+        """(leaf_a -> spine, spine -> leaf_b) link ids through leaf_a's ``index``-th spine: the
+        ``index``-th entry of :meth:`_spines` without listing every spine of the pair."""
+        ups = self._up_cache.get(leaf_a)
+        if ups is None:
+            ups = self._up_cache[leaf_a] = [cluster.link_id(leaf_a, sp) for sp in self.leaf_spines[leaf_a]]
+        spine = self.leaf_spines[leaf_a][index]
+        downs = self._down_cache.setdefault(leaf_b, {})
+        down = downs.get(spine)
+        if down is None:
+            down = downs[spine] = cluster.link_id(spine, leaf_b)
+        return ups[index], down
+
     def paths(self, cluster: ClusterGraph, src: NicRef, dst: NicRef, flow: int, seed: int) -> list[FabricPath]:
         nic_cache = self._nic_cache
         up, _, leaf_a = nic_cache.get(src) or self._nic(cluster, src[0], src[1])
         _, down, leaf_b = nic_cache.get(dst) or self._nic(cluster, dst[0], dst[1])
         if leaf_a == leaf_b:
             return [([up, down], 1.0)]
-        spines = self._spines(cluster, leaf_a, leaf_b)
+        policy = cluster.transport.multipath
         if cluster.dead_links:  # failed uplinks: traffic takes the spines still reachable both ways
-            spines = [(a, b) for a, b in spines if a not in cluster.dead_links and b not in cluster.dead_links]
+            spines = [(a, b) for a, b in self._spines(cluster, leaf_a, leaf_b)
+                      if a not in cluster.dead_links and b not in cluster.dead_links]
             if not spines:
                 return []
-        policy = cluster.transport.multipath
+            if policy == "spray":
+                return [([up, a, b, down], 1.0 / len(spines)) for a, b in spines]
+            if policy == "ecmp":
+                key = f"{src[0]}.{src[1]}>{dst[0]}.{dst[1]}#{flow}@{seed}".encode()
+                a, b = spines[zlib.crc32(key) % len(spines)]
+            else:
+                a, b = spines[(dst[0] * cluster.node_type.nics.count + dst[1]) % len(spines)]
+            return [([up, a, b, down], 1.0)]
         if policy == "spray":
+            spines = self._spines(cluster, leaf_a, leaf_b)
             share = 1.0 / len(spines)
             return [([up, a, b, down], share) for a, b in spines]
+        count = len(self.leaf_spines[leaf_a])
         if policy == "ecmp":
             key = f"{src[0]}.{src[1]}>{dst[0]}.{dst[1]}#{flow}@{seed}".encode()
-            a, b = spines[zlib.crc32(key) % len(spines)]
+            a, b = self._spine_pair(cluster, leaf_a, leaf_b, zlib.crc32(key) % count)
         else:  # single: D-mod-k on the destination port (the destination NIC's global index)
-            a, b = spines[(dst[0] * cluster.node_type.nics.count + dst[1]) % len(spines)]
+            a, b = self._spine_pair(cluster, leaf_a, leaf_b, (dst[0] * cluster.node_type.nics.count + dst[1]) % count)
         return [([up, a, b, down], 1.0)]
 
 
