@@ -48,3 +48,21 @@ def test_ddp_all_reduces_expert_buckets_over_expert_dp() -> None:
     assert {r.comm.group for r in rows} == {GROUP16, EDP}
     assert sum(r.comm.nbytes * r.comm.count for r in rows if r.comm.group == GROUP16) == DENSE * 4
     assert sum(r.comm.nbytes * r.comm.count for r in rows if r.comm.group == EDP) == EXPERT * 4
+
+
+def test_expert_dp_larger_than_dp_with_tensor_parallelism() -> None:
+    """tp 4, ep 2, etp 1 on 16 GPUs: dp = 16 / 4 = 4 (rank 0's group {0, 4, 8, 12}), edp = 16 / 2 = 8
+    (etp x ep = 2 consecutive ranks per expert replica: {0, 2, ..., 14}). Rank 0 holds 8 / 2 = 4 experts
+    per layer, 32 * 4 * 176,160,768 = 22,548,578,304 expert parameters (90,194,313,216 B in fp32),
+    reduce-scattered over the 8 edp ranks although dp is 4; the optimizer steps on the dense shard
+    (its reduce-scatter bytes / 4 B / 4 ranks) + 22,548,578,304 / 8 = 2,818,572,288 expert parameters."""
+    sim = simulator.run_simulation(mixtral(parallelism__tp=4, parallelism__ep=2, parallelism__etp=1,
+                                           parallelism__sequence_parallel=True,
+                                           parallelism__zero={"bucketing": "megatron-core",
+                                                              "gradient_reduction": "reduce_scatter"},
+                                           training__grad_reduce_dtype="fp32"))
+    dense, expert = _rows(sim, "zero.reduce_scatter")
+    assert dense.comm.group == (0, 4, 8, 12)
+    assert expert.comm.group == tuple(range(0, 16, 2)) and expert.comm.nbytes == 4 * 22_548_578_304
+    optimizer = [r for r in sim.rows if r.rank == 0 and r.name == "optimizer"]
+    assert optimizer[0].info.params == dense.comm.nbytes / 4 / 4 + 22_548_578_304 / 8
