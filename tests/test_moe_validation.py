@@ -32,8 +32,9 @@ def test_step_time_from_tokens_per_gpu():
                                  "virtual_stages": 4, "sequence_parallel": True}
     assert sc["training"] == {"micro_batch": 1, "global_batch": 2048, "moe_routing": {"skew": 0.0},
                               "precision": "fp8", "fp8": {"recipe": "tensorwise"}}
-    # EP 32 > 8 GPUs of a DGX-H100: the expert-parallel groups span nodes, simulated on the analytical network
+    # every row of the source on the analytical network (a simulation-speed choice, stated in the assumptions)
     assert sc["sim"] == {"network": "analytical"}
+    assert moe_runs.NETWORK_METHOD in run.assumptions
 
 
 def test_bf16_row_without_interleaving():
@@ -43,7 +44,7 @@ def test_bf16_row_without_interleaving():
     assert run.step_s == pytest.approx(13.6692, abs=1e-4)
     assert run.scenario["parallelism"] == {"tp": 1, "pp": 4, "cp": 1, "dp": 16, "ep": 8, "etp": 1}
     assert run.scenario["training"]["precision"] == "bf16" and "fp8" not in run.scenario["training"]
-    assert "sim" not in run.scenario  # EP 8: one node, the flow network
+    assert run.scenario["sim"] == {"network": "analytical"}  # the same method as the EP 32 rows
 
 
 def test_unsimulable_rows_are_listed_with_the_simulators_reason(monkeypatch):

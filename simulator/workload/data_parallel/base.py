@@ -110,6 +110,30 @@ class Strategy(ABC, Generic[S]):
         """Ranks that hold the same parameters (dp x cp); asked for after every backward task."""
         return self.mesh.dp * self.mesh.cp
 
+    @property
+    def edp_ranks(self) -> int:
+        """The ranks that hold the same routed-expert parameters: the expert data-parallel group,
+        world / (pp * ep * etp) (:mod:`.buckets` ``split_expert``); dp x cp for a dense model."""
+        return self.scenario.edp if self.scenario.model.moe else self.dp_ranks
+
+    def axis_of(self, expert: bool) -> str:
+        """The group a bucket's gradients are reduced (and its parameters gathered) over."""
+        return "edp" if expert else self.grad_axis
+
+    def ranks_of(self, expert: bool) -> int:
+        return self.edp_ranks if expert else self.dp_ranks
+
+    @property
+    def reduces(self) -> bool:
+        """Some gradients are reduced: dp x cp > 1, or an expert data-parallel group > 1."""
+        return self.dp_ranks > 1 or self.edp_ranks > 1
+
+    def shard_params(self, stage: int) -> float:
+        """The parameters of ``stage`` a sharded optimizer steps on: the dense ones over dp x cp,
+        the routed experts over the expert data-parallel group."""
+        experts = self.layout.expert_params_of_stage(stage) if self.scenario.model.moe else 0.0
+        return (self.layout.params_of_stage(stage) - experts) / self.dp_ranks + experts / self.edp_ranks
+
     # states and buffers ----------------------------------------------------------------
 
     def model_states(self, stage: int, params: float, per: ModelStateBytes) -> ModelStateBytes:

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Param", "Bucket", "assign_buckets", "megatron_buckets"]
+__all__ = ["Param", "Bucket", "assign_buckets", "megatron_buckets", "split_expert", "EXPERT_SUFFIX"]
+
+# the name ending of the routed-expert parameters (``ModelLayout.moe_params``)
+EXPERT_SUFFIX = ".experts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,7 @@ class Param:
 class Bucket:
     params: tuple[Param, ...]
     nbytes: float  # bytes of its gradients as reduced (0 where the caller sizes it: Megatron's layout)
+    expert: bool = False  # routed-expert parameters: reduced and sharded over the expert data-parallel group
 
     @property
     def elements(self) -> float:
@@ -86,3 +90,15 @@ def megatron_buckets(params: list[Param], cap_elements: float | None, own_bucket
     if current:
         buckets.append(current)
     return [Bucket(tuple(b), 0.0) for b in buckets]
+
+
+def split_expert(params: list[Param]) -> tuple[list[Param], list[Param]]:
+    """(dense, routed-expert) parameters, each in definition order. Megatron-Core keeps the
+    expert-parallel parameters (``allreduce = False``) in buffers of their own, reduced over the
+    expert data-parallel group (``group_params_for_buffers`` keyed by ``is_expert_parallel``;
+    ``expert_parallel_buffers`` on ``intra_expt_dp_group``,
+    megatron/core/distributed/distributed_data_parallel.py:191-330 at NVIDIA/Megatron-LM@d98e8a64);
+    the dense buffers' bucket groups come first, the expert ones after (:361-400)."""
+    dense = [p for p in params if not p.name.endswith(EXPERT_SUFFIX)]
+    expert = [p for p in params if p.name.endswith(EXPERT_SUFFIX)]
+    return dense, expert

@@ -34,6 +34,9 @@ reduce-scatter and the parameter all-gather:
   (megatron/core/distributed/distributed_data_parallel.py:51-54), but a single bucket without
   ``overlap_comm`` (:55-57), on every pipeline stage after the first (:71-72) and on every
   model chunk after the first (``disable_bucketing``, megatron/training/training.py:455-458);
+* the routed experts' parameters are buckets of their own after the dense ones, reduced and
+  gathered over the expert data-parallel group (:func:`~.buckets.split_expert`); the optimizer
+  steps on dense / (dp x cp) + experts / edp parameters;
 * with pipeline parallelism the tied embedding (first stage) and output weight (last stage)
   are a bucket of their own (param_and_grad_buffer.py:305-325);
 * with ``overlap_comm`` a first-stage bucket's reduce-scatter starts once every gradient in it
@@ -62,12 +65,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
 from simulator.ir import OpName
 from simulator.workload.data_parallel.base import Strategy, gathered_bytes_per_element, grad_reduce_bytes
-from simulator.workload.data_parallel.buckets import Bucket, megatron_buckets
+from simulator.workload.data_parallel.buckets import Bucket, megatron_buckets, split_expert
 from simulator.workload.emitter import Collective, RankEmitter
 
 __all__ = ["BucketedZero", "ZeroState"]
@@ -78,7 +81,7 @@ class ZeroState:
     pending: float = 0.0  # gradient elements waiting in the IPG bucket
     comm_tasks: list[int] = field(default_factory=list)
     wait: list[int] = field(default_factory=list)  # reductions the next compute must wait for
-    gather_buckets: list[tuple[set[int], float]] = field(default_factory=list)  # (units, elements), gather order
+    gather_buckets: list[tuple[set[int], float, bool]] = field(default_factory=list)  # (units, elements, expert), gather order
     gathers: list[int] = field(default_factory=list)  # all-gather task of each bucket dispatched so far
     gated: set[int] = field(default_factory=set)  # units whose first forward already waited
     buckets: list[Bucket] = field(default_factory=list)  # bucketing megatron-core: reduction buckets
@@ -136,7 +139,9 @@ class BucketedZero(Strategy[ZeroState]):
             if par.pp > 1 and model.tied_embeddings:
                 own |= {"embedding"} if chunk.embedding else set()
                 own |= {"final_norm+output"} if chunk.logits else set()
-            out.append(megatron_buckets(self.layout.chunk_params(chunk), cap, frozenset(own)))
+            dense, expert = split_expert(self.layout.chunk_params(chunk))
+            out.append(megatron_buckets(dense, cap, frozenset(own))
+                       + [replace(b, expert=True) for b in megatron_buckets(expert, cap)])
         return out
 
     def launch_units(self, stage: int) -> list[int | None]:
@@ -164,7 +169,8 @@ class BucketedZero(Strategy[ZeroState]):
 
     @property
     def _gather_in_forward(self) -> bool:
-        return self.scenario.parallelism.zero.overlap_param_gather and self.dp_ranks > 1
+        return self.scenario.parallelism.zero.overlap_param_gather and (self.reduces if self._megatron
+                                                                        else self.dp_ranks > 1)
 
     def start_rank(self, rank: int) -> ZeroState:
         state = ZeroState()
@@ -174,28 +180,28 @@ class BucketedZero(Strategy[ZeroState]):
             state.buckets = [b for chunk in chunks for b in chunk]
             state.launch_units = self.launch_units(stage)
             if self._gather_in_forward:
-                state.gather_buckets = [({p.unit for p in b.params}, b.elements) for chunk in chunks
-                                        for b in reversed(chunk)]
+                state.gather_buckets = [({p.unit for p in b.params}, b.elements, b.expert) for chunk in chunks
+                                        for b in reversed(chunk) if self.ranks_of(b.expert) > 1]
         elif self._gather_in_forward:
             state.gather_buckets = self._gather_buckets(stage)
         return state
 
-    def _gather_buckets(self, stage: int) -> list[tuple[set[int], float]]:
+    def _gather_buckets(self, stage: int) -> list[tuple[set[int], float, bool]]:
         """(units, elements) of the parameter all-gather buckets in the order they are gathered:
         filled over the parameters in reverse order, up to allgather_bucket_size elements
         (a parameter larger than that fills a bucket alone), then reversed."""
         cap = self.bucket_elements(self.scenario.parallelism.zero.allgather_bucket_size)
-        buckets: list[tuple[set[int], float]] = []
+        buckets: list[tuple[set[int], float, bool]] = []
         units: set[int] = set()
         size = 0.0
         for param in reversed(self.layout.stage_params(stage)):
             units.add(param.unit)
             size += param.numel
             if size >= cap:
-                buckets.append((units, size))
+                buckets.append((units, size, False))
                 units, size = set(), 0.0
         if size > 0:
-            buckets.append((units, size))
+            buckets.append((units, size, False))
         return list(reversed(buckets))
 
     def _gather_elem_bytes(self, stage: int) -> float:
@@ -208,10 +214,10 @@ class BucketedZero(Strategy[ZeroState]):
         queued behind that wait and the kernels launched before it."""
         state = emit.state
         index = len(state.gathers)
-        _, elements = state.gather_buckets[index]
+        _, elements, expert = state.gather_buckets[index]
         after = [state.gathers[-1], *deps] if state.gathers else []
         state.gathers.append(emit.collective(Collective(
-            "zero.param_allgather", "all_gather", self.grad_axis, elements * self._gather_elem_bytes(emit.stage),
+            "zero.param_allgather", "all_gather", self.axis_of(expert), elements * self._gather_elem_bytes(emit.stage),
             stream="dp", key=("params", index)), after))
 
     def before(self, emit: RankEmitter[ZeroState], unit: int, phase: str, mb: int, deps: list[int]) -> list[int]:
@@ -226,7 +232,7 @@ class BucketedZero(Strategy[ZeroState]):
             deps = [*deps, zeroing]
         if phase == "fwd" and state.gather_buckets and unit not in state.gated:
             state.gated.add(unit)
-            index = next((i for i, (units, _) in enumerate(state.gather_buckets) if unit in units), None)
+            index = next((i for i, (units, _, _) in enumerate(state.gather_buckets) if unit in units), None)
             if index is not None:
                 while len(state.gathers) <= index:  # the pre-hook dispatches a bucket nothing has yet
                     self._dispatch_gather(emit, deps)
@@ -236,13 +242,15 @@ class BucketedZero(Strategy[ZeroState]):
         return deps
 
     def after(self, emit: RankEmitter[ZeroState], unit: int, phase: str, mb: int, task: int, *, last: bool) -> None:
-        if phase != "bwd" or self.dp_ranks == 1:
+        if phase != "bwd" or not self.reduces:
             return
         if self.zero_stage == 1 and not last:
             return
         state = emit.state
         if self._megatron:
             self._reduce_buckets(emit, [i for i, u in enumerate(state.launch_units) if u == unit], [task])
+            return
+        if self.dp_ranks == 1:
             return
         state.pending += self.layout.unit_numel(emit.stage, unit)
         if self.zero_stage == 1 and not self._overlap:
@@ -259,13 +267,15 @@ class BucketedZero(Strategy[ZeroState]):
         return (1 if zero.grad_nan_check else 0) + (2 if zero.grad_prescale else 0)
 
     def _reduce(self, emit: RankEmitter[ZeroState], elements: float, count: int, deps: list[int],
-                key: Hashable) -> None:
+                key: Hashable, expert: bool = False) -> None:
+        if self.ranks_of(expert) == 1:
+            return
         nbytes = elements * grad_reduce_bytes(self.scenario) / count
         passes = self._bucket_passes() if self._megatron else 0
         if passes:
             deps = [emit.memory_pass("bucket.grad_checks", passes * nbytes * count, elements, deps)]
         op = self._reduce_op
-        tid = emit.collective(Collective(f"zero.{op}", op, self.grad_axis, nbytes, stream="dp", key=key,
+        tid = emit.collective(Collective(f"zero.{op}", op, self.axis_of(expert), nbytes, stream="dp", key=key,
                                          count=count), deps)
         emit.state.comm_tasks.append(tid)
         if not self._overlap:
@@ -276,11 +286,12 @@ class BucketedZero(Strategy[ZeroState]):
         for i in indices:
             if i not in emit.state.reduced:
                 emit.state.reduced.add(i)
-                self._reduce(emit, emit.state.buckets[i].elements, 1, deps, key=("bucket", i))
+                bucket = emit.state.buckets[i]
+                self._reduce(emit, bucket.elements, 1, deps, key=("bucket", i), expert=bucket.expert)
 
     def finish_rank(self, emit: RankEmitter[ZeroState]) -> None:
         state = emit.state
-        if self._megatron and self.dp_ranks > 1:
+        if self._megatron and self.reduces:
             self._reduce_buckets(emit, list(range(len(state.buckets))), [emit.last_compute])
         if state.pending > 0 and self.dp_ranks > 1:
             bucket = self.bucket_elements(self.scenario.parallelism.zero.reduce_bucket_size)
@@ -288,17 +299,32 @@ class BucketedZero(Strategy[ZeroState]):
             self._reduce(emit, state.pending, count, [emit.last_compute], key="tail")
             state.pending = 0.0
         deps = self.end_of_backward(emit, [emit.last_compute, *state.comm_tasks])
-        if self.dp_ranks > 1:
+        if self.reduces:
             deps = self.grad_norm(emit, self.grad_axis, deps)
         params = self.layout.params_of_stage(emit.stage)
-        shard = params / self.dp_ranks
+        shard = self.shard_params(emit.stage) if self._megatron else params / self.dp_ranks
         if self.scenario.parallelism.offload_optimizer:
             deps = self.offload_step(emit, shard, deps)
         else:
             deps = [emit.optimizer(deps, shard)]
-        if self.dp_ranks > 1 and not self._gather_in_forward:  # updated 16-bit shards into every rank's parameters
-            bucket = self.bucket_elements(self.scenario.parallelism.zero.allgather_bucket_size)
-            count = len(state.buckets) if self._megatron else max(1, math.ceil(params / bucket))
-            emit.collective(Collective("zero.param_allgather", "all_gather", self.grad_axis,
-                                       params * self._gather_elem_bytes(emit.stage) / count, stream="dp", key="params",
-                                       count=count), deps)
+        if self.reduces and not self._gather_in_forward:  # updated 16-bit shards into every rank's parameters
+            self._gather_after_step(emit, params, deps)
+
+    def _gather_after_step(self, emit: RankEmitter[ZeroState], params: float, deps: list[int]) -> None:
+        """The updated parameters all-gathered after the optimizer step: Megatron-Core's buckets,
+        the dense ones over dp x cp and the routed experts' over the expert data-parallel group;
+        else ``allgather_bucket_size`` pieces over dp x cp."""
+        elem = self._gather_elem_bytes(emit.stage)
+        if not self._megatron:
+            if self.dp_ranks > 1:
+                count = max(1, math.ceil(params / self.bucket_elements(self.scenario.parallelism.zero.allgather_bucket_size)))
+                emit.collective(Collective("zero.param_allgather", "all_gather", self.grad_axis, params * elem / count,
+                                           stream="dp", key="params", count=count), deps)
+            return
+        for expert in (False, True):
+            group = [b for b in emit.state.buckets if b.expert == expert]
+            if group and self.ranks_of(expert) > 1:
+                elements = sum(b.elements for b in group)
+                emit.collective(Collective("zero.param_allgather", "all_gather", self.axis_of(expert),
+                                           elements * elem / len(group), stream="dp", key=("params", expert),
+                                           count=len(group)), deps)
