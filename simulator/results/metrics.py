@@ -170,8 +170,9 @@ def _rank_memory(rank: int, facts: RunFacts, rows: list[Row],
     """One rank's memory at its peak; ``cache`` shares the replays between ranks whose memory
     changes are the same (every replica of a rank without symmetry reduction)."""
     key = _memory_signature(facts.initial_memory[rank], rows) if cache is not None else None
-    if cache is not None and key in cache:
-        return cache[key].model_copy(update={"rank": rank, "stage": facts.stage_of[rank],
+    found = cache.get(key) if cache is not None and key is not None else None  # one hash of the (long) key
+    if found is not None:
+        return found.model_copy(update={"rank": rank, "stage": facts.stage_of[rank],
                                              "represents": facts.represents[rank]})
     peak_total, peak_time, at_peak = -1.0, 0.0, {}
     for t, cats in memory_timeline(facts.initial_memory[rank], rows):
