@@ -28,7 +28,7 @@ from simulator.ir import MemDelta, op_name
 from simulator.perturbation import faults_summary, run_iterations, symmetry_inputs
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
 from simulator.results.moe import MoeSummary, moe_summary
-from simulator.results.rows import CommRecord
+from simulator.results.rows import CommRecord, LazyMemRow
 from simulator.results.simulation import Simulation
 from simulator.scenario import ClusterSpec, Scenario
 from simulator.version import __version__
@@ -181,13 +181,13 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
         task = tasks.pop()
         start, end = starts[task.id], ends[task.id]
         mem: tuple[tuple[float, float, str], ...] = ()
+        changes = None
         if task.mem:
             form = forms.get(id(task.mem))
             if form is None:
                 form = forms[id(task.mem)] = _mem_form(task.mem)
-            offsets, nbytes, categories, _ = form
-            if offsets is not None:
-                mem = tuple(zip(map(start.__add__, offsets), nbytes, categories, strict=True))
+            if form[0] is not None:  # made when read (LazyMemRow), from the shared offsets
+                changes = form[:3]
             else:
                 mem = tuple((end if d.at_end else start + d.offset_s, d.nbytes, d.category) for d in task.mem)
         comm = None
@@ -201,14 +201,19 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
             join = joins.get(task.join)
             if join is None:
                 join = joins[task.join] = repr(task.join)
-        rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.info, mem, comm, join))
+        if changes is None:
+            rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.info, mem, comm, join))
+        else:
+            rows.append(LazyMemRow.at(task.rank, task.stream, task.name, task.category, start, end, task.info, changes,
+                                      comm, join))
     return rows
 
 
 def _mem_form(mem: tuple[MemDelta, ...]) -> tuple[Any, ...]:
-    """A task's memory changes as (offsets after its start, bytes, categories), so its row's
-    changes are made in one pass (``start + offset`` for each); offsets ``None`` when a change
-    is tied to the task's end (made one by one). The last element keeps ``mem`` alive."""
+    """A task's memory changes as (offsets after its start, bytes, categories), from which its
+    row makes them when read (``start + offset`` for each); offsets ``None`` when a change is
+    tied to the task's end (the row's changes are then made at once). The last element keeps
+    ``mem`` alive."""
     at_start = not any(d.at_end for d in mem)
     return (tuple(d.offset_s for d in mem) if at_start else None, tuple(d.nbytes for d in mem),
             tuple(d.category for d in mem), mem)
