@@ -24,11 +24,11 @@ from simulator.costs.nccl_env import NcclTuning
 from simulator.engine import CommResolver, EngineRun, LinkClasses, run_program
 from simulator.engine.comm import LoweringMemo
 from simulator.errors import ScenarioError
-from simulator.ir import op_name
+from simulator.ir import MemDelta, op_name
 from simulator.perturbation import faults_summary, run_iterations, symmetry_inputs
 from simulator.results import LinkStat, Result, Row, RunFacts, compute_result
 from simulator.results.moe import MoeSummary, moe_summary
-from simulator.results.rows import CommRecord
+from simulator.results.rows import CommRecord, LazyMemRow
 from simulator.results.simulation import Simulation
 from simulator.scenario import ClusterSpec, Scenario
 from simulator.version import __version__
@@ -72,6 +72,13 @@ def _collector_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            if not gc.get_freeze_count():
+                # what the run allocated and keeps (its rows, result) goes straight to the oldest
+                # generation: else the first collection after ``enable`` scans every one of them
+                # (~2 s for 545k rows), finding nothing to free; a cycle is still found by the
+                # next full collection
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
@@ -164,13 +171,25 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
     starts, ends = run.start_s.tolist(), run.end_s.tolist()
     resolved_of = run.resolved
     joins: dict[Hashable, str] = {}  # the tasks of one transfer share a key: one repr each
+    # tasks share a handful of memory-change tuples: each one's offsets, bytes and categories
+    # split out once (keyed by identity; the tuple lives in its task until its row is made, and
+    # in the form itself after that, so an id is never reused while the form is kept)
+    forms: dict[int, tuple[Any, ...]] = {}
     tasks = program.tasks
     tasks.reverse()
     while tasks:
         task = tasks.pop()
         start, end = starts[task.id], ends[task.id]
-        mem = tuple((end if d.at_end else start + d.offset_s, d.nbytes, d.category) for d in task.mem) \
-            if task.mem else ()
+        mem: tuple[tuple[float, float, str], ...] = ()
+        changes = None
+        if task.mem:
+            form = forms.get(id(task.mem))
+            if form is None:
+                form = forms[id(task.mem)] = _mem_form(task.mem)
+            if form[0] is not None:  # made when read (LazyMemRow), from the shared offsets
+                changes = form[:3]
+            else:
+                mem = tuple((end if d.at_end else start + d.offset_s, d.nbytes, d.category) for d in task.mem)
         comm = None
         if task.comm is not None:
             resolved = resolved_of.get(task.id)
@@ -182,8 +201,22 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
             join = joins.get(task.join)
             if join is None:
                 join = joins[task.join] = repr(task.join)
-        rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.info, mem, comm, join))
+        if changes is None:
+            rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.info, mem, comm, join))
+        else:
+            rows.append(LazyMemRow.at(task.rank, task.stream, task.name, task.category, start, end, task.info, changes,
+                                      comm, join))
     return rows
+
+
+def _mem_form(mem: tuple[MemDelta, ...]) -> tuple[Any, ...]:
+    """A task's memory changes as (offsets after its start, bytes, categories), from which its
+    row makes them when read (``start + offset`` for each); offsets ``None`` when a change is
+    tied to the task's end (the row's changes are then made at once). The last element keeps
+    ``mem`` alive."""
+    at_start = not any(d.at_end for d in mem)
+    return (tuple(d.offset_s for d in mem) if at_start else None, tuple(d.nbytes for d in mem),
+            tuple(d.category for d in mem), mem)
 
 
 def _link_series(classes: LinkClasses, run: EngineRun) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 from simulator.costs.collectives import wire_factor
 from simulator.results.reserved import allocation_stream, reserved_peak
 from simulator.results.result import Breakdown, CommSummary, LinkUsage, OomDetail, RankMemory, Result
-from simulator.results.rows import LinkStat, Row, RunFacts, stretch
+from simulator.results.rows import LinkStat, Row, RunFacts, memory_key, stretch
 from simulator.units import format_bytes
 
 __all__ = ["compute_result", "merge_intervals", "subtract_intervals", "memory_timeline", "rank_breakdown",
@@ -160,9 +160,10 @@ def _memory_signature(initial: dict[str, float], rows: list[Row]) -> tuple[Any, 
     """What a rank's memory results depend on: its initial bytes, and its rows' changes in row
     order with the stream each row's allocations land in (both replays sort the changes by
     time, bytes, category and row order). Ranks with equal signatures have equal memory results."""
-    changing = [r for r in rows if r.mem]
-    return (tuple(sorted(initial.items())), tuple(r.mem for r in changing),
-            tuple(allocation_stream(r) for r in changing))
+    keys = [(memory_key(r), r) for r in rows]
+    changing = [(key, r) for key, r in keys if key is not None]
+    return (tuple(sorted(initial.items())), tuple(key for key, _ in changing),
+            tuple(allocation_stream(r) for _, r in changing))
 
 
 def _rank_memory(rank: int, facts: RunFacts, rows: list[Row],
@@ -170,8 +171,9 @@ def _rank_memory(rank: int, facts: RunFacts, rows: list[Row],
     """One rank's memory at its peak; ``cache`` shares the replays between ranks whose memory
     changes are the same (every replica of a rank without symmetry reduction)."""
     key = _memory_signature(facts.initial_memory[rank], rows) if cache is not None else None
-    if cache is not None and key in cache:
-        return cache[key].model_copy(update={"rank": rank, "stage": facts.stage_of[rank],
+    found = cache.get(key) if cache is not None and key is not None else None  # one hash of the (long) key
+    if found is not None:
+        return found.model_copy(update={"rank": rank, "stage": facts.stage_of[rank],
                                              "represents": facts.represents[rank]})
     peak_total, peak_time, at_peak = -1.0, 0.0, {}
     for t, cats in memory_timeline(facts.initial_memory[rank], rows):

@@ -12,7 +12,7 @@ from typing import Any
 
 from simulator.ir import TaskInfo
 
-__all__ = ["Row", "CommRecord", "LinkStat", "RunFacts"]
+__all__ = ["Row", "LazyMemRow", "CommRecord", "LinkStat", "RunFacts", "memory_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,70 @@ class Row:
     @property
     def duration_s(self) -> float:
         return self.end_s - self.start_s
+
+
+_MEM_SLOT = Row.__dict__["mem"]  # the slot the dataclass made for ``Row.mem``
+
+
+class LazyMemRow(Row):
+    """A :class:`Row` whose memory changes are made when read, from offsets after its start
+    and their bytes and categories (tuples shared by every row of the same task shape): a run
+    without symmetry keeps 545k rows, and their ~6M ``(time, bytes, category)`` tuples made
+    eagerly were half its memory. Reads, equality, hashing, ``repr`` and ``replace`` see the
+    same fields as a plain :class:`Row` (``replace`` and pickling give a plain one)."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Row:  # type: ignore[misc]
+        return Row(*args, **kwargs)  # dataclasses.replace: a plain row with the fields given
+
+    @classmethod
+    def at(cls, rank: int, stream: str, name: str, category: str, start_s: float, end_s: float,
+           info: TaskInfo | None, changes: tuple[tuple[float, ...], tuple[float, ...], tuple[str, ...]],
+           comm: CommRecord | None, join: str | None) -> LazyMemRow:
+        """The row; ``changes``: offsets after ``start_s``, bytes and categories."""
+        row = object.__new__(cls)
+        put = object.__setattr__
+        put(row, "rank", rank)
+        put(row, "stream", stream)
+        put(row, "name", name)
+        put(row, "category", category)
+        put(row, "start_s", start_s)
+        put(row, "end_s", end_s)
+        put(row, "info", info)
+        _MEM_SLOT.__set__(row, changes)
+        put(row, "comm", comm)
+        put(row, "join", join)
+        return row
+
+    @property  # type: ignore[override]
+    def mem(self) -> tuple[tuple[float, float, str], ...]:
+        offsets, nbytes, categories = _MEM_SLOT.__get__(self, Row)
+        return tuple(zip(map(self.start_s.__add__, offsets), nbytes, categories, strict=True))
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.rank, self.stream, self.name, self.category, self.start_s, self.end_s, self.info, self.mem,
+                self.comm, self.join)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Row):
+            return NotImplemented
+        return self._fields() == (other.rank, other.stream, other.name, other.category, other.start_s, other.end_s,
+                                  other.info, other.mem, other.comm, other.join)
+
+    __hash__ = Row.__hash__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Row, self._fields()
+
+
+def memory_key(row: Row) -> Any:
+    """What ``row.mem`` is made from, without making it: rows with equal keys have equal
+    changes (a :class:`LazyMemRow`'s start and shared offsets, bytes and categories; a plain
+    row's changes themselves); None for a row without changes."""
+    if type(row) is LazyMemRow:
+        return (row.start_s, _MEM_SLOT.__get__(row, Row))
+    return row.mem or None
 
 
 @dataclass(frozen=True, slots=True)

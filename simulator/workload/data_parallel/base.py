@@ -150,7 +150,8 @@ class Strategy(ABC, Generic[S]):
 
     def boundary_units(self, stage: int, phase: str, last: bool) -> set[int] | None:
         """Units after which the strategy needs its own hook (a task boundary); None = after
-        every unit. Units in between may be fused into one task."""
+        every unit. Units in between may be fused into one task. Depends on the arguments (and
+        the fixed scenario) alone: the pipeline emitter asks once per stage, phase and ``last``."""
         return set()
 
     def before(self, emit: RankEmitter[S], unit: int, phase: str, mb: int, deps: list[int]) -> list[int]:

@@ -66,6 +66,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
 from simulator.ir import OpName
@@ -118,7 +119,7 @@ class BucketedZero(Strategy[ZeroState]):
             return 0.0
         return min(self.scenario.parallelism.zero.reduce_bucket_size, params) * grad_reduce_bytes(self.scenario)
 
-    @property
+    @cached_property  # read per unit and pass: the scenario is fixed
     def _megatron(self) -> bool:
         return self.zero_stage == 1 and self.scenario.parallelism.zero.bucketing == "megatron-core"
 

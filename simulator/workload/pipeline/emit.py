@@ -69,6 +69,7 @@ class PipelineEmitter:
         self.logits_bytes = shard.tokens * scenario.model.vocab / shard.tp * shard.elem
         self._held: list[int] = []  # p2p_blocking: the send the rank's next pass waits for
         self._p2p_ops: dict[tuple[int, int, int, bool], tuple[int, int, CommOp, int]] = {}
+        self._group_runs: dict[tuple[int, tuple[int, ...], str, bool], list[list[int]]] = {}
 
     def emit_rank(self, emit: RankEmitter[Any]) -> None:
         par = self.sc.parallelism
@@ -159,16 +160,25 @@ class PipelineEmitter:
         return deps
 
     def _groups(self, stage: int, units: list[int], phase: str, last: bool) -> list[list[int]]:
-        """Runs of units with no strategy hook between them (one unit each without fusion)."""
+        """Runs of units with no strategy hook between them (one unit each without fusion); the
+        same for every rank and micro-batch of a stage (a strategy's boundaries depend on the
+        stage, phase and ``last`` alone), so made once for each and shared (read only)."""
+        key = (stage, tuple(units), phase, last)
+        found = self._group_runs.get(key)
+        if found is not None:
+            return found
         if not self.layers.fuse_layers:
-            return [[u] for u in units]
-        cut = self.strategy.boundary_units(stage, phase, last)
-        groups: list[list[int]] = [[]]
-        for unit in units:
-            groups[-1].append(unit)
-            if cut is None or unit in cut:
-                groups.append([])
-        return [g for g in groups if g]
+            found = [[u] for u in units]
+        else:
+            cut = self.strategy.boundary_units(stage, phase, last)
+            groups: list[list[int]] = [[]]
+            for unit in units:
+                groups[-1].append(unit)
+                if cut is None or unit in cut:
+                    groups.append([])
+            found = [g for g in groups if g]
+        self._group_runs[key] = found
+        return found
 
     # point-to-point ----------------------------------------------------------------------------
 
