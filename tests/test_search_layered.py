@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -151,3 +152,35 @@ def test_cli_search_reports_each_stage(cli, tmp_path):
     stages = document["stages"]
     assert stages["whole"]["simulated"] == 2 and stages["short_runs"]["margin"] == ESTIMATE_MARGIN
     assert stages["closed_form"]["candidates"] == stages["short_runs"]["kept"] + stages["short_runs"]["pruned"]
+
+
+def test_time_to_train_with_failures_equals_brute_force_over_cluster_sizes():
+    """With a reliability section, time-to-train is the expected wall-clock with failures
+    (failure-free time / ETTR), and each node count is searched apart: a harsh failure rate
+    (a node fails every 2 h, a restart takes 1 h) makes the larger cluster's ETTR worse,
+    so the answer must equal the brute force that simulates every layout of both sizes and
+    ranks them by ``goodput_metrics``' expected wall-clock."""
+    from simulator.goodput import goodput_metrics
+
+    tokens = 2e9
+    base = scenario_from_mapping({"model": "gpt3-760m", "cluster": {"node": "p4d.24xlarge", "nodes": 1},
+                                  "training": {"micro_batch": 1, "global_batch": 32, "recompute": "none"},
+                                  "reliability": {"node_mtbf": "2 h", "restart_time": "1 h", "tokens": tokens}})
+    space = SearchSpace(nodes=(1, 2), max_micro_batch=1, tp=(1, 2), cp=(1,), pp=(1,), shardings=("none", "zero1"))
+    walls: dict[str, tuple[float, int]] = {}
+    for n in (1, 2):
+        sub = replace(space, nodes=(n,))
+        for cand, _ in screen(base, sub, SearchReport("time-to-train", tokens), InlineExecutor()):
+            result = simulator.simulate(cand.scenario)
+            if not result.oom:
+                walls[f"{cand.layout.label} rc={cand.recompute}"] = (
+                    goodput_metrics(cand.scenario, result)["goodput_wall_s"], n)
+    best = min(walls, key=lambda label: (walls[label][0], label))
+    report = search(base, executor=InlineExecutor(), space=space, top=3, objective="time-to-train", tokens=tokens)
+    assert report.ranked[0].label == best
+    assert report.ranked[0].ettr is not None and report.ranked[0].ettr < 0.9
+    # the failure-free search of the same space prefers the larger cluster; failures flip it
+    plain = search(base.model_copy(update={"reliability": None}), executor=InlineExecutor(), space=space, top=3,
+                   objective="time-to-train", tokens=tokens)
+    assert plain.ranked[0].candidate.layout.nodes == 2 and plain.ranked[0].ettr is None
+    assert walls[best][1] == 1

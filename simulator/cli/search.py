@@ -20,7 +20,7 @@ __all__ = ["search"]
 
 def search(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file: the model, cluster and training options")],
-    objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time-to-train")] = "throughput",
+    objective: Annotated[str, typer.Option("--objective", help="throughput | cost | time-to-train (with a reliability section: failures, checkpoints and restarts included)")] = "throughput",
     top: Annotated[int, typer.Option("--top", min=1, help="configurations to rank (simulated whole)")] = 5,
     tokens: Annotated[str | None, typer.Option("--tokens", help="training tokens for time and cost, e.g. 1.4T or "
                                                "2e12 (default: 20 per parameter, Hoffmann et al. 2022)")] = None,
@@ -147,7 +147,8 @@ def _print_search(report: Any, base: Any) -> None:
                       safe(f"{schedule}, {sharding}, recompute {ranked.candidate.recompute}"),
                       f"{m['step_time_s']:.2f} s", f"{m['tokens_per_s']:,.0f}",
                       f"{100 * m['mfu']:.1f}%", f"{m['memory_headroom_bytes'] / 2**30:.1f} GiB",
-                      f"{ranked.time_to_train_s / 86400:,.1f} d", cost)
+                      f"{ranked.time_to_train_s / 86400:,.1f} d"
+                      + ("" if ranked.ettr is None else f" (ETTR {100 * ranked.ettr:.1f}%)"), cost)
     print_table(table)
     console.print(f"time to train: {report.tokens:.3g} tokens"
                   + (" (20 per parameter, Hoffmann et al. 2022)" if report.tokens_default else ""), highlight=False)
@@ -181,7 +182,7 @@ def _search_document(report: Any) -> dict[str, Any]:
         "tokens": report.tokens,
         "counts": {k: getattr(report, k) for k in ("enumerated", "invalid", "over_memory", "bounded_out", "capped",
                                                     "estimated", "simulated_oom", "failed", "simulated")},
-        "ranked": [{"layout": r.label, "recompute": r.candidate.recompute, "time_to_train_s": r.time_to_train_s,
+        "ranked": [{"layout": r.label, "recompute": r.candidate.recompute, "time_to_train_s": r.time_to_train_s, "ettr": r.ettr,
                     "cost_usd": r.cost_usd, "metrics": r.metrics,
                     "scenario": r.scenario.model_dump(mode="json", by_alias=True)} for r in report.ranked],
         "stages": {"closed_form": {"candidates": report.stage1, "wall_s": report.stage1_s},

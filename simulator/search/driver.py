@@ -66,6 +66,10 @@ def search(
     import time
 
     space = space or SearchSpace()
+    if base.reliability is not None and objective != "throughput" and len(space.nodes or ()) > 1:
+        return _search_each_cluster_size(base, space, objective, top, dict(
+            executor=executor, tokens=tokens, prices=prices, batch=batch, max_estimates=max_estimates, margin=margin,
+            cache_dir=cache_dir, progress=progress))
     start = time.perf_counter()
     node = base.cluster.node_type.name
     price = prices.get(node) if prices is not None else None
@@ -157,8 +161,11 @@ def search(
             report.failed += 1
             continue
         seconds = time_to_train_s(budget, float(row["tokens_per_s"]))
+        ettr = row.get("goodput_ettr")
+        if ettr is not None:  # a reliability section: the expected wall-clock with failures (simulator/goodput/)
+            seconds /= float(ettr)  # ETTR = failure-free time / expected wall-clock, on this layout's nodes
         cost = training_cost_usd(seconds, cand.layout.nodes, price) if price is not None else None
-        report.ranked.append(Ranked(cand, row, budget, seconds, cost))
+        report.ranked.append(Ranked(cand, row, budget, seconds, cost, None if ettr is None else float(ettr)))
     report.ranked.sort(key=lambda r: (_score(objective, r), r.label))
     report.wall_s = time.perf_counter() - start
     return report
@@ -201,3 +208,42 @@ def _baseline_verdict(out: dict[str, Any], row: dict[str, Any] | None) -> dict[s
     if row.get("error"):
         out["reason"] = row["error"]
     return out
+
+
+_SUMMED = ("enumerated", "invalid", "over_memory", "candidates", "retried", "bounded_out", "capped", "estimated",
+           "simulated_oom", "failed", "simulated", "stage1")
+
+
+def _search_each_cluster_size(base: Scenario, space: SearchSpace, objective: Objective, top: int,
+                              options: dict[str, Any]) -> SearchReport:
+    """The search of a scenario with a ``reliability`` section over several node counts, for
+    time-to-train or cost: one search per node count, their finalists ranked together by the
+    expected wall-clock with failures. Within one node count every layout sees the same
+    failure process (the job's rate is the sum of its nodes', simulator/goodput/) and the same
+    checkpoint, so ETTR differs between them only by the interval's rounding to whole steps
+    and, with ``elastic``, by the replicas a lost node takes: the failure-free pruning holds
+    there up to that, and the finalists are ranked by their own ETTR. Across node counts it
+    does not hold (a larger cluster fails more often), which is why the sizes are searched
+    apart and joined only by the whole simulations' goodput."""
+    import time
+    from dataclasses import replace
+
+    start = time.perf_counter()
+    parts = [search(base, space=replace(space, nodes=(n,)), objective=objective, top=top, **options)
+             for n in space.nodes or ()]
+    joined = parts[0]
+    for part in parts[1:]:
+        for name in _SUMMED:
+            setattr(joined, name, getattr(joined, name) + getattr(part, name))
+        joined.stage1_s += part.stage1_s
+        joined.closed_form += part.closed_form
+        joined.predictions += part.predictions
+        joined.ranked += part.ranked
+        joined.prices.update(part.prices)
+        joined.baseline = joined.baseline or part.baseline
+    joined.closed_form.sort(key=lambda item: item[1])
+    joined.cutoff_s = None  # one per node count
+    joined.ranked.sort(key=lambda r: (_score(objective, r), r.label))
+    del joined.ranked[top:]
+    joined.wall_s = time.perf_counter() - start
+    return joined

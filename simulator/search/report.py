@@ -34,8 +34,9 @@ class Ranked:
     candidate: Candidate
     metrics: dict[str, Any]
     tokens: float
-    time_to_train_s: float
+    time_to_train_s: float  # with a reliability section: the expected wall-clock, failures included
     cost_usd: float | None
+    ettr: float | None = None  # effective training time ratio, with a reliability section (simulator/goodput/)
 
     @property
     def scenario(self) -> Scenario:
