@@ -209,13 +209,13 @@ class Router:
                 weights[link_id] = weights.get(link_id, 0.0) + share
             src_nic, dst_nic = (sn, a), (dn, b)
             for f in range(flows):
-                for links, frac in self._fabric_paths(src_nic, dst_nic, f + p * flows):
+                alternatives = self._fabric_paths(src_nic, dst_nic, f + p * flows)
+                if p == 0 and f == 0:  # the first pair's first flow sets the latency
+                    latency = intra_lat + sum(c.links[i].latency_s for i in alternatives[0][0])
+                for links, frac in alternatives:
                     add = share * frac / flows
                     for link_id in links:
                         weights[link_id] = weights.get(link_id, 0.0) + add
-            if p == 0:
-                fabric = self._fabric_paths(src_nic, dst_nic, 0)[0][0]
-                latency = intra_lat + sum(c.links[i].latency_s for i in fabric)
         return Route(tuple(sorted(weights.items())), "net", latency)
 
     def _split_route(self, sl: int, dl: int, sn: int, dn: int, pairs: list[_Pair], flows: int,

@@ -225,12 +225,16 @@ def _search_each_cluster_size(base: Scenario, space: SearchSpace, objective: Obj
     there up to that, and the finalists are ranked by their own ETTR. Across node counts it
     does not hold (a larger cluster fails more often), which is why the sizes are searched
     apart and joined only by the whole simulations' goodput."""
+    import tempfile
     import time
     from dataclasses import replace
 
     start = time.perf_counter()
-    parts = [search(base, space=replace(space, nodes=(n,)), objective=objective, top=top, **options)
-             for n in space.nodes or ()]
+    with tempfile.TemporaryDirectory(prefix="dtsim-search-") as scratch:
+        # one cache for every size: the naive baseline each part simulates is the same point
+        shared = {**options, "cache_dir": options["cache_dir"] or scratch}
+        parts = [search(base, space=replace(space, nodes=(n,)), objective=objective, top=top, **shared)
+                 for n in space.nodes or ()]
     joined = parts[0]
     for part in parts[1:]:
         for name in _SUMMED:
