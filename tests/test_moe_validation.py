@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from simulator.scenario import Scenario
 from simulator.validation import moe_runs
 from simulator.validation.records import _data
 
@@ -20,14 +21,14 @@ def test_step_time_from_tokens_per_gpu():
     """Qwen3-235B-A22B, 25.11 table, DGX-H100: GBS 2048 x seq 4096 = 8,388,608 tokens a step at
     1575 tokens/s/GPU on 256 GPUs (403,200 tokens/s): 20.8051 s. TP 2 x PP 8 x CP 1 leaves dp 16;
     VP 4 is the interleaved schedule with 4 chunks per rank; tp > 1 turns on sequence parallelism; etp 1
-    (NeMo's recipes);
+    comes from the nemo profile (NeMo's recipes), not the record;
     FP8-CS is the tensorwise recipe; force-balanced routing is skew 0."""
     run = moe_runs._megatron_bridge(_record("moe_mbridge_2511_h100_qwen3_235b_a22b"))
     assert run.step_s == pytest.approx(2048 * 4096 / (1575 * 256)) and run.step_s == pytest.approx(20.8051, abs=1e-4)
     sc = run.scenario
     assert sc["framework"] == "nemo" and sc["cluster"] == {"node": "dgx-h100", "nodes": 32}
     assert sc["model"] == {"preset": "qwen3-235b-a22b", "seq_len": 4096}
-    assert sc["parallelism"] == {"tp": 2, "pp": 8, "cp": 1, "dp": 16, "ep": 32, "etp": 1,
+    assert sc["parallelism"] == {"tp": 2, "pp": 8, "cp": 1, "dp": 16, "ep": 32,
                                  "pipeline_schedule": "interleaved",
                                  "virtual_stages": 4, "sequence_parallel": True}
     assert sc["training"] == {"micro_batch": 1, "global_batch": 2048, "moe_routing": {"skew": 0.0},
@@ -35,6 +36,8 @@ def test_step_time_from_tokens_per_gpu():
     # every row of the source on the analytical network (a simulation-speed choice, stated in the assumptions)
     assert sc["sim"] == {"network": "analytical"}
     assert moe_runs.NETWORK_METHOD in run.assumptions
+    scenario = Scenario.model_validate(sc)
+    assert scenario.parallelism.etp == 1 and scenario.settings_source["parallelism.etp"] == "nemo"
 
 
 def test_bf16_row_without_interleaving():
@@ -42,7 +45,7 @@ def test_bf16_row_without_interleaving():
     5,242,880 tokens at 5993 x 64 = 383,552 tokens/s: 13.6692 s."""
     run = moe_runs._megatron_bridge(_record("moe_mbridge_2602_h100_gpt_oss_120b"))
     assert run.step_s == pytest.approx(13.6692, abs=1e-4)
-    assert run.scenario["parallelism"] == {"tp": 1, "pp": 4, "cp": 1, "dp": 16, "ep": 8, "etp": 1}
+    assert run.scenario["parallelism"] == {"tp": 1, "pp": 4, "cp": 1, "dp": 16, "ep": 8}
     assert run.scenario["training"]["precision"] == "bf16" and "fp8" not in run.scenario["training"]
     assert run.scenario["sim"] == {"network": "analytical"}  # the same method as the EP 32 rows
 

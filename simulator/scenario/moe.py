@@ -114,7 +114,7 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
             if bad:
                 raise InfeasibleError(f"multi-head latent attention with {what} is not modelled", field=field)
     if not model.moe:
-        if par.ep > 1 or par.etp is not None:
+        if par.ep > 1 or (par.etp or 1) > 1:  # etp 1 (the nemo profile's) splits nothing
             raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)",
                                   field="parallelism.ep" if par.ep > 1 else "parallelism.etp")
         return

@@ -29,11 +29,6 @@ FP8_CS = ("FP8-CS: per-tensor FP8 with scaling factors computed in the current s
           "training.fp8.recipe tensorwise")
 
 GPUS_PER_DGX = 8  # DGX-H100: 8 H100 (topologies/nodes/dgx-h100.yaml)
-NEMO_ETP = ("NeMo 2's recipes for every MoE model of the table set expert_tensor_parallel_size = 1 "
-            "(NVIDIA/NeMo@8cfedd7203462cb251a914e700e5605444277561 nemo/collections/llm/recipes/qwen3.py:133, "
-            "qwen3_30b_a3b.py:232, qwen3_235b_a22b.py:234, gpt_oss_120b.py:93, deepseek_v3.py:116); Megatron-Core's "
-            "default etp = tp would not fit the TP 2 rows (ep x etp = 2 x EP exceeds the ranks of a pipeline stage)")
-
 
 # the network model of every row (a simulation-speed choice, the same for the whole source): measured on
 # the four rows the flow model finishes (gpt-oss 120B and Qwen3-30B-A3B, 25.11 and 26.02), the
@@ -74,14 +69,13 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
     gpus, seq = hw["gpus_total"], m["seq_len"]
     tp, pp, cp, ep = par["tp"], par["pp"], par.get("cp") or 1, par["ep"]
     vp = par.get("virtual_pp") or 1
-    parallelism: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "ep": ep, "etp": 1}
+    parallelism: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "ep": ep}
     stated = [f"{gpus} H100 (DGX-H100), TP {tp}, PP {pp}, CP {cp}, VP {par.get('virtual_pp') or 'n/a'}, EP {ep}, "
               f"FSDP 0, GBS {batch['global_batch']}, MBS {batch['micro_batch']}, sequence {seq} ({r['source']['location']})",
               "token-dropless (capacity_factor null, as the preset) with the token distribution force-balanced among "
               "experts: training.moe_routing.skew 0 (table footnote)"]
     assumptions = ["DGX-H100 (record): dtsim's dgx-h100 node",
                    f"model: dtsim preset {m['preset']} (its citation) for the table's {m['name']}",
-                   f"etp 1 (not in the table): {NEMO_ETP}",
                    "settings the table does not state (optimizer sharding, recomputation, dispatcher, overlap flags): "
                    "the nemo profile: the runs are NeMo containers' Megatron-Bridge recipes, which train through "
                    "Megatron-Core with NeMo's recipe defaults (distributed optimizer with both overlaps: the profile's "
