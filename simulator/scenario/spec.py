@@ -345,9 +345,10 @@ class Scenario(Frozen):
     @cached_property
     def stage_layer_counts(self) -> tuple[int, ...]:
         """Transformer layers of each virtual stage, in model order (pp * virtual_stages entries):
-        from ``stage_layers`` or an even split (scenario/pipeline_layout.py)."""
+        from ``pipeline_layout``, ``stage_layers`` or an even split (scenario/pipeline_layout.py)."""
         par = self.parallelism
-        return stage_layer_counts(par.pp, par.virtual_stages, self.model.layers, par.stage_layers)
+        return stage_layer_counts(par.pp, par.virtual_stages, self.model.layers, par.stage_layers,
+                                  par.pipeline_layout)
 
     def content_hash(self) -> str:
         """SHA-256 of the canonical JSON of this scenario (stable across runs and machines)."""
