@@ -158,7 +158,7 @@ class ParallelismSpec(Frozen):
     pipeline_layout: str | None = Field(
         None, description="Megatron-Core pipeline_model_parallel_layout string instead of stage_layers, e.g. "
         "'Et|(tt|)*30L': stages split by |, E embedding (first stage), t transformer layer, L loss (last stage), "
-        "(...)*n and x*n repeat; multi-token prediction (m) is not modelled")
+        "(...)*n and x*n repeat; m a multi-token-prediction layer (model.mtp_layers of them, on the last stage)")
     sharding: Sharding = Field("none", description="none = DDP; zero1/2/3 = DeepSpeed; fsdp/hsdp = PyTorch; mics")
     shard_group_size: PositiveInt | None = Field(None, description="hsdp / mics: ranks holding one model replica")
     offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer states and step on the CPU")

@@ -12,7 +12,8 @@ may hold no transformer layer.
 
 The layout string (same file, ``parse_str_to_list``, :283-321): stages separated by ``|``,
 ``E`` the embedding, ``t`` a transformer layer, ``L`` the loss (final norm, output layer,
-loss), ``m`` a multi-token-prediction layer; ``(...)*n`` repeats a group and ``x*n`` a
+loss), ``m`` a multi-token-prediction layer (as many as ``model.mtp_layers``; dtsim keeps them
+on the last stage, where Megatron-Core puts them without a layout); ``(...)*n`` repeats a group and ``x*n`` a
 character n times; commas are cosmetic. ``Et|(tt|)*30L`` is 32 stages: the embedding and
 one layer, thirty stages of two layers, then the loss alone.
 """
@@ -46,14 +47,8 @@ def parse_layout(text: str) -> list[str]:
     return expanded.split("|")
 
 
-def _layout_counts(text: str, stages: int, layers: int) -> tuple[int, ...]:
+def _layout_counts(text: str, stages: int, layers: int, mtp_layers: int) -> tuple[int, ...]:
     parsed = parse_layout(text)
-    if "m" in "".join(parsed):
-        raise ScenarioError(
-            f"pipeline_layout {text!r} holds a multi-token-prediction layer (m), which dtsim does not model; "
-            "drop it from the layout",
-            field=LAYOUT_FIELD,
-        )
     if len(parsed) != stages:
         raise InfeasibleError(
             f"pipeline_layout {text!r} has {len(parsed)} stages; pp*virtual_stages = {stages}", field=LAYOUT_FIELD)
@@ -65,6 +60,13 @@ def _layout_counts(text: str, stages: int, layers: int) -> tuple[int, ...]:
     if joined.count("L") != 1 or not parsed[-1].endswith("L"):
         raise InfeasibleError(
             f"pipeline_layout {text!r}: the loss (L) must appear once, last in the last stage", field=LAYOUT_FIELD)
+    mtp = joined.count("m")
+    if mtp != mtp_layers:
+        raise InfeasibleError(f"pipeline_layout {text!r} places {mtp} multi-token-prediction layers (m); "
+                              f"model.mtp_layers={mtp_layers}", field=LAYOUT_FIELD)
+    if mtp and not re.fullmatch(r"t*m+L", parsed[-1]):
+        raise InfeasibleError(f"pipeline_layout {text!r}: dtsim places the multi-token-prediction layers (m) on the "
+                              "last stage, after its transformer layers and before the loss", field=LAYOUT_FIELD)
     counts = tuple(stage.count("t") for stage in parsed)
     if sum(counts) != layers:
         raise InfeasibleError(
@@ -84,7 +86,7 @@ def _no_empty_stage(counts: tuple[int, ...], field: str) -> None:
 
 
 def stage_layer_counts(pp: int, virtual_stages: int, layers: int, stage_layers: list[int] | None,
-                       pipeline_layout: str | None) -> tuple[int, ...]:
+                       pipeline_layout: str | None, mtp_layers: int = 0) -> tuple[int, ...]:
     """Transformer layers of each virtual stage, in model order (``pp * virtual_stages`` entries).
 
     Without a layout or ``stage_layers``: an even split when pp*v divides the layers;
@@ -96,7 +98,7 @@ def stage_layer_counts(pp: int, virtual_stages: int, layers: int, stage_layers: 
     if pipeline_layout is not None:
         if stage_layers is not None:
             raise ScenarioError("give either stage_layers or pipeline_layout, not both", field=LAYOUT_FIELD)
-        return _layout_counts(pipeline_layout, stages, layers)
+        return _layout_counts(pipeline_layout, stages, layers, mtp_layers)
     if stage_layers is not None:
         if len(stage_layers) != stages or sum(stage_layers) != layers:
             raise InfeasibleError(

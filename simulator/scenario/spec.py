@@ -348,7 +348,7 @@ class Scenario(Frozen):
         from ``pipeline_layout``, ``stage_layers`` or an even split (scenario/pipeline_layout.py)."""
         par = self.parallelism
         return stage_layer_counts(par.pp, par.virtual_stages, self.model.layers, par.stage_layers,
-                                  par.pipeline_layout)
+                                  par.pipeline_layout, self.model.mtp_layers)
 
     def content_hash(self) -> str:
         """SHA-256 of the canonical JSON of this scenario (stable across runs and machines)."""
