@@ -5,6 +5,10 @@
   containers): layout (TP, PP, CP, VP, EP), GBS, MBS, sequence, precision and tokens/s per
   GPU; every MoE benchmark there is token-dropless with the token distribution force-balanced
   among experts (the tables' footnote). ``step = GBS * seq / (tokens/s/GPU * GPUs)``.
+* A per-model setting of the performance recipe that produced a row, where the row's layout
+  needs it (DeepSeek-V3's uneven pipeline layout over PP 8 x VP 4, with its multi-token
+  prediction layer), comes from that recipe at the container's release commit, cited in the
+  row's assumptions (:data:`RECIPE_LAYOUTS`).
 * Runs whose layout, hardware or framework dtsim cannot state (Megatron-Core's one-line
   Mixtral figure, DeepSeek-V3's run average on its in-house framework) stay in the set and
   are listed as not simulated, with the reason.
