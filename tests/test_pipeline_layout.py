@@ -40,9 +40,11 @@ def test_the_deepseek_v3_h100_recipe_layout_by_hand() -> None:
 
 def test_commas_and_single_character_repeats() -> None:
     """Megatron-Core's docstring example 'Ettt|(tt|)*29,m|L': the comma is cosmetic, so
-    [Ettt] + 29 x [tt] + [m] + [L], 32 stages; 'E|t*3|t*2L' is [E], [ttt], [ttL]."""
+    [Ettt] + 29 x [tt] + [m] + [L], 32 stages; 'E|t*3|t*2L' is [E], [ttt], [ttL]; nested groups
+    expand innermost first: 'E|((t|)*2)*2L' is E|t|t|t|t|L."""
     assert parse_layout("Ettt|(tt|)*29,m|L") == ["Ettt"] + ["tt"] * 29 + ["m", "L"]
     assert parse_layout("E|t*3|t*2L") == ["E", "ttt", "ttL"]
+    assert parse_layout("E|((t|)*2)*2L") == ["E", "t", "t", "t", "t", "L"]
     assert stage_layer_counts(3, 1, 5, None, "E|t*3|t*2L") == (0, 3, 2)
 
 
@@ -50,6 +52,7 @@ def test_commas_and_single_character_repeats() -> None:
     ("Et|(tt|)*30mL", InfeasibleError, "places 1 multi-token-prediction layers (m); model.mtp_layers=0"),
     ("Et|(tt|)*29L", InfeasibleError, "31 stages"),
     ("Ex|(tt|)*30L", ScenarioError, "unknown character"),
+    ("E(t|)*99999999999L", ScenarioError, "expands to over 1,000,000 characters"),
     ("t|E(tt|)*29t|L", InfeasibleError, "embedding (E)"),
     ("Et|(tt|)*30|L", InfeasibleError, "33 stages"),
     ("Et|(tt|)*29ttL|", InfeasibleError, "loss (L)"),

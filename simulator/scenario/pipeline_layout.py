@@ -30,13 +30,21 @@ __all__ = ["parse_layout", "stage_layer_counts"]
 LAYOUT_FIELD = "parallelism.pipeline_layout"
 _GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
 _CHAR = re.compile(r"(.)\*(\d+)")
+_MAX_CHARS = 1_000_000  # far beyond any model's layers and stages
 
 
 def parse_layout(text: str) -> list[str]:
     """The stages of a Megatron-Core layout string, each a string of ``E``/``t``/``m``/``L``."""
+    def repeat(group: re.Match[str]) -> str:
+        if len(group.group(1)) * int(group.group(2)) > _MAX_CHARS:
+            raise ScenarioError(f"pipeline_layout {text!r} expands to over {_MAX_CHARS:,} characters",
+                                field=LAYOUT_FIELD)
+        return group.group(1) * int(group.group(2))
+
     expanded = text.replace(",", "").replace(" ", "")
-    expanded = _GROUP.sub(lambda g: g.group(1) * int(g.group(2)), expanded)
-    expanded = _CHAR.sub(lambda g: g.group(1) * int(g.group(2)), expanded)
+    while _GROUP.search(expanded):  # innermost groups first
+        expanded = _GROUP.sub(repeat, expanded)
+    expanded = _CHAR.sub(repeat, expanded)
     bad = sorted(set(expanded) - set("EtmL|"))
     if bad:
         raise ScenarioError(
