@@ -4,11 +4,13 @@ These run in any build: they check the mapping (a plain mapping with the MoE con
 and the measured step time's arithmetic, not the simulation of it.
 """
 
+import copy
 import types
 
 import pytest
 
 from simulator.scenario import Scenario
+from simulator.scenario.pipeline_layout import stage_layer_counts
 from simulator.validation import moe_runs
 from simulator.validation.records import _data
 
@@ -51,16 +53,34 @@ def test_bf16_row_without_interleaving():
 
 
 def test_unsimulable_rows_are_listed_with_the_simulators_reason(monkeypatch):
-    """A row whose scenario the simulator refuses is listed with that refusal, not simulated (DeepSeek-V3's
-    25.09 row: 61 layers over PP 8 x VP 4 with no stated split, and multi-head latent attention
-    under TP 2 after that); a row it accepts is a MoeRun (Qwen3-235B-A22B at
-    TP 2, ETP 1); the Megatron-Core one-line figure is listed as unstated."""
+    """A row whose scenario the simulator refuses is listed with that refusal, not simulated
+    (DeepSeek-V3's 25.09 row moved to VP 2: 61 layers over PP 8 x VP 2 = 16 stages with no
+    recipe layout for it, 64 - 61 = 3 layers short of an even split); a row it accepts is a
+    MoeRun (Qwen3-235B-A22B at TP 2, ETP 1); the Megatron-Core one-line figure is listed as unstated."""
     assert isinstance(moe_runs.moe_run(_record("moe_mbridge_2511_h100_qwen3_235b_a22b")), moe_runs.MoeRun)
-    assert moe_runs.moe_run(_record("moe_mbridge_2509_h100_deepseek_v3")).startswith(
-        "not simulable in this build: parallelism.pp: pp*virtual_stages = 8*4 = 32 does not divide model.layers=61")
+    vp2 = copy.deepcopy(_record("moe_mbridge_2509_h100_deepseek_v3"))
+    vp2["parallelism"]["virtual_pp"] = 2
+    assert moe_runs.moe_run(vp2).startswith(
+        "not simulable in this build: parallelism.pp: pp*virtual_stages = 8*2 = 16 does not divide model.layers=61")
     monkeypatch.setattr(moe_runs, "Scenario", types.SimpleNamespace(model_validate=lambda data: data))
-    assert isinstance(moe_runs.moe_run(_record("moe_mbridge_2509_h100_deepseek_v3")), moe_runs.MoeRun)
+    assert isinstance(moe_runs.moe_run(vp2), moe_runs.MoeRun)
     assert "not stated" in moe_runs.moe_run(_record("moe_mcore_v08_mixtral_8x7b"))
+
+
+def test_deepseek_v3_takes_its_recipes_pipeline_layout():
+    """The 25.09 DeepSeek-V3 row (PP 8, VP 4 on H100) ran Megatron-Bridge's performance recipe, whose
+    layout 'Et|(tt|)*30mL' (run_script.py:64-66 at a2884419) is 32 stages: the embedding and 1 layer,
+    30 x 2 layers, then the MTP layer and the loss; with mtp_num_layers 1 (the recipe's default).
+    Rank p holds stages p, p+8, p+16, p+24: 7, 8 (ranks 1-6) and 6 layers. Other rows get no layout."""
+    run = moe_runs._megatron_bridge(_record("moe_mbridge_2509_h100_deepseek_v3"))
+    sc = run.scenario
+    assert sc["parallelism"]["pipeline_layout"] == "Et|(tt|)*30mL" and sc["model"]["mtp_layers"] == 1
+    counts = stage_layer_counts(8, 4, 61, None, sc["parallelism"]["pipeline_layout"], sc["model"]["mtp_layers"])
+    assert [sum(counts[r::8]) for r in range(8)] == [7, 8, 8, 8, 8, 8, 8, 6]
+    assert any("run_script.py:64-66" in a for a in run.assumptions)
+    assert any("deepseek_v3.py:174" in a for a in run.assumptions)
+    other = moe_runs._megatron_bridge(_record("moe_mbridge_2602_h100_qwen3_235b_a22b"))  # PP 8, VP 4 too
+    assert "pipeline_layout" not in other.scenario["parallelism"] and "mtp_layers" not in other.scenario["model"]
 
 
 def test_deepseek_v3_run_average_is_kept_with_its_arithmetic():

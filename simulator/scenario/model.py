@@ -64,6 +64,11 @@ class ModelSpec(Frozen):
         "mha-gqa", description="mha-gqa: query, key and value projections of heads / kv_heads heads; mla: multi-head "
         "latent attention (DeepSeek-V2/V3) with the ranks of the mla block")
     mla: MlaSpec | None = Field(None, description="multi-head latent attention's ranks (attention: mla only)")
+    mtp_layers: NonNegativeInt = Field(
+        0, description="multi-token prediction layers trained beside the model on the last pipeline stage "
+        "(Megatron-Core mtp_num_layers; DeepSeek-V3 trained with 1): each two norms, a 2h -> h projection, one "
+        "block like the last layer, a final norm and the shared output layer and loss again; that stage also "
+        "holds the embedding. The model FLOPs behind TFLOP/s and MFU count the main model only")
 
     @model_validator(mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from simulator.errors import ScenarioError
 from simulator.fields import Bytes, Elements, Frozen, NonNegativeElements
@@ -151,9 +151,14 @@ class ParallelismSpec(Frozen):
         "1f1b", description="gpipe (all forwards, then all backwards) | 1f1b (one forward, one backward) | "
         "interleaved (1F1B over virtual_stages model chunks per rank)")
     virtual_stages: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved only)")
-    stage_layers: list[PositiveInt] | None = Field(
-        None, description="explicit layers per (virtual) pipeline stage, first to last; default: even split"
-    )
+    stage_layers: list[NonNegativeInt] | None = Field(
+        None, description="explicit transformer layers per (virtual) pipeline stage in model order (pp*virtual_stages "
+        "entries; rank p holds stages p, p+pp, ...); the first stage also holds the embedding and the last the "
+        "output layer and loss, so those two may hold 0 layers; default: even split")
+    pipeline_layout: str | None = Field(
+        None, description="Megatron-Core pipeline_model_parallel_layout string instead of stage_layers, e.g. "
+        "'Et|(tt|)*30L': stages split by |, E embedding (first stage), t transformer layer, L loss (last stage), "
+        "(...)*n and x*n repeat; m a multi-token-prediction layer (model.mtp_layers of them, on the last stage)")
     sharding: Sharding = Field("none", description="none = DDP; zero1/2/3 = DeepSpeed; fsdp/hsdp = PyTorch; mics")
     shard_group_size: PositiveInt | None = Field(None, description="hsdp / mics: ranks holding one model replica")
     offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer states and step on the CPU")

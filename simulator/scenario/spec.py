@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from functools import cached_property
 from typing import Any
 
@@ -45,6 +44,7 @@ from simulator.scenario.parallelism import (
     Sharding,
     ZeroOptions,
 )
+from simulator.scenario.pipeline_layout import stage_layer_counts
 from simulator.scenario.reliability import ReliabilitySpec
 from simulator.scenario.resolve import base_dir_in, catalog_in, is_catalog_name, is_resolved_cluster, resolve_cluster
 from simulator.scenario.training import Recompute, SimSpec, TrainingSpec
@@ -344,37 +344,11 @@ class Scenario(Frozen):
 
     @cached_property
     def stage_layer_counts(self) -> tuple[int, ...]:
-        """Transformer layers of each virtual stage, in model order (pp * virtual_stages entries).
-
-        An even split when pp*v divides the layers; otherwise, as Llama 3 did for 126 layers
-        on 16 stages, one layer fewer on the last (and then first) stage, which also carry the
-        logits (and embedding); deficits beyond two layers need ``stage_layers``.
-        """
-        par, layers = self.parallelism, self.model.layers
-        stages = par.pp * par.virtual_stages
-        if par.stage_layers is not None:
-            if len(par.stage_layers) != stages or sum(par.stage_layers) != layers:
-                raise InfeasibleError(
-                    f"stage_layers needs one entry per (virtual) pipeline stage, pp*virtual_stages = {stages}, "
-                    f"summing to model.layers={layers}; got {len(par.stage_layers)} summing to {sum(par.stage_layers)}",
-                    field="parallelism.stage_layers",
-                )
-            return tuple(par.stage_layers)
-        per = math.ceil(layers / stages)
-        deficit = per * stages - layers
-        if deficit == 0:
-            return (per,) * stages
-        if deficit <= 2 and stages >= 2 and per >= 2:
-            counts = [per] * stages
-            counts[-1] -= 1
-            if deficit == 2:
-                counts[0] -= 1
-            return tuple(counts)
-        raise InfeasibleError(
-            f"pp*virtual_stages = {par.pp}*{par.virtual_stages} = {stages} does not divide model.layers={layers}; "
-            "set parallelism.stage_layers to split them unevenly",
-            field="parallelism.pp",
-        )
+        """Transformer layers of each virtual stage, in model order (pp * virtual_stages entries):
+        from ``pipeline_layout``, ``stage_layers`` or an even split (scenario/pipeline_layout.py)."""
+        par = self.parallelism
+        return stage_layer_counts(par.pp, par.virtual_stages, self.model.layers, par.stage_layers,
+                                  par.pipeline_layout, self.model.mtp_layers)
 
     def content_hash(self) -> str:
         """SHA-256 of the canonical JSON of this scenario (stable across runs and machines)."""

@@ -62,7 +62,8 @@ def stage_passes(scenario: Scenario, profile: Any = None, workload: Any = None,
     for stage in range(par.pp):
         f = b = 0.0
         for chunk in builder.layout.chunks_of_stage(stage):
-            units = [("block", len(chunk.layers)), ("embedding", int(chunk.embedding)), ("logits", int(chunk.logits))]
+            units = [("block", len(chunk.layers) + chunk.mtp), ("embedding", int(chunk.embedding)),
+                     ("logits", int(chunk.logits) + chunk.mtp)]  # a multi-token prediction layer: a block and logits
             f += sum(n * fwd[kind] for kind, n in units)
             b += sum(n * bwd[kind] for kind, n in units)
         forward.append(f)

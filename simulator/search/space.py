@@ -70,6 +70,7 @@ class Layout:
             "parallelism.pipeline_schedule": self.schedule,
             "parallelism.virtual_stages": self.virtual_stages,
             "parallelism.stage_layers": None,
+            "parallelism.pipeline_layout": None,
             "parallelism.sharding": self.sharding,
             "parallelism.shard_group_size": self.shard_group_size,
             "parallelism.offload_optimizer": False,

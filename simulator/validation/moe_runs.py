@@ -5,6 +5,10 @@
   containers): layout (TP, PP, CP, VP, EP), GBS, MBS, sequence, precision and tokens/s per
   GPU; every MoE benchmark there is token-dropless with the token distribution force-balanced
   among experts (the tables' footnote). ``step = GBS * seq / (tokens/s/GPU * GPUs)``.
+* A per-model setting of the performance recipe that produced a row, where the row's layout
+  needs it (DeepSeek-V3's uneven pipeline layout over PP 8 x VP 4, with its multi-token
+  prediction layer), comes from that recipe at the container's release commit, cited in the
+  row's assumptions (:data:`RECIPE_LAYOUTS`).
 * Runs whose layout, hardware or framework dtsim cannot state (Megatron-Core's one-line
   Mixtral figure, DeepSeek-V3's run average on its in-house framework) stay in the set and
   are listed as not simulated, with the reason.
@@ -15,6 +19,7 @@ Nothing here is fitted: settings a row does not state are the ``megatron-core`` 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from simulator.errors import ScenarioError
@@ -39,6 +44,25 @@ NETWORK_METHOD = ("sim.network analytical (a simulation-speed choice, the same f
                   "minutes; on the four rows it finishes (gpt-oss 120B, Qwen3-30B-A3B) the analytical step is "
                   "0.82-1.58% (mean 1.20%) shorter than the flow model's")
 
+# per-model pipeline layouts of the performance recipes that produced a table (a per-model recipe setting of
+# the framework, stated in the record's assumptions, not a profile default), keyed by the table's NeMo container,
+# the model preset, pp and vp
+MBRIDGE_PERF_2509 = ("NVIDIA-NeMo/Megatron-Bridge@a2884419541f9969b6fc34517cb3e94190c13ae4 (branch r0.1.0, 'Cherry "
+                     "pick perf 2509')")
+RECIPE_LAYOUTS = {
+    ("25.09", "deepseek-v3", 8, 4): (
+        "Et|(tt|)*30mL",
+        f"{MBRIDGE_PERF_2509} scripts/performance/run_script.py:64-66 (H100: pp, vp = 8, 4 and "
+        "layout 'Et|(tt|)*30mL'), read as Megatron-Core does (NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 "
+        "megatron/core/transformer/pipeline_parallel_layer_layout.py:49-55 and 283-321): 32 virtual stages, the "
+        "embedding and 1 layer, 30 stages of 2 layers, then the multi-token-prediction layer and the loss; rank p "
+        "holds stages p, p+8, p+16, p+24, so ranks 1-6 hold 8 layers, rank 0 7 and the embedding, rank 7 6, the "
+        "MTP layer and the loss",
+        1,
+        f"model.mtp_layers 1: the recipe keeps pretrain_config's mtp_num_layers=1 ({MBRIDGE_PERF_2509} "
+        "src/megatron/bridge/recipes/deepseek/deepseek_v3.py:174, the layout's m); the 25.09 row does not say "
+        "w/o MTP as the 25.11 DeepSeek-V3 rows do"),
+}
 
 class MoeRun:
     """One mapped record: scenario, measured step time and metric, stated / assumed notes."""
@@ -82,6 +106,14 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
                    "citations)"]
     if vp > 1:
         parallelism.update(pipeline_schedule="interleaved", virtual_stages=vp)
+    container = re.search(r"'(\d+\.\d+) NeMo Container'", r["source"]["citation"])
+    mtp_layers = 0
+    recipe_layout = RECIPE_LAYOUTS.get((container.group(1) if container else "", m["preset"], pp, vp))
+    if recipe_layout is not None:
+        layout, layout_source, mtp_layers, mtp_note = recipe_layout
+        parallelism["pipeline_layout"] = layout
+        assumptions += [f"parallelism.pipeline_layout {layout} (the performance recipe's for this model and "
+                        f"layout): {layout_source}", mtp_note]
     sim: dict[str, Any] = {"network": "analytical"}
     assumptions.append(NETWORK_METHOD)
     if tp > 1:
@@ -109,7 +141,7 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
     scenario = {
         "name": f"{m['name']} on {gpus} H100 ({r['source']['citation'].split(', ')[1]})",
         "framework": "nemo",
-        "model": {"preset": m["preset"], "seq_len": seq},
+        "model": {"preset": m["preset"], "seq_len": seq, **({"mtp_layers": mtp_layers} if mtp_layers else {})},
         "cluster": {"node": "dgx-h100", "nodes": gpus // GPUS_PER_DGX},
         "parallelism": parallelism,
         "training": training,

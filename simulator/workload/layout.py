@@ -4,7 +4,12 @@ The model is cut into *units* executed in order: 0 = the embedding, ``layer + 1`
 transformer block ``layer``, ``layers + 1`` = the final norm, output projection and loss.
 A :class:`Chunk` is one virtual pipeline stage, a contiguous run of blocks plus the
 embedding (first chunk) and the logits (last chunk); pipeline rank ``p`` holds chunks
-``p, p + pp, ...`` (interleaved schedules).
+``p, p + pp, ...`` (interleaved schedules). Multi-token prediction layer ``k`` (model
+``mtp_layers``, on the last chunk) is two units: ``layers + 2 + 2k``, a block at layer index
+``layers + k`` (its norms, 2h -> h projection and transformer layer), and ``layers + 3 + 2k``,
+its final norm, output layer and loss, costed as the logits (Megatron-Core
+multi_token_prediction.py:1157-1252 and process_mtp_loss :1012-1030, NVIDIA/Megatron-LM@d98e8a64);
+they run after the last block, before the model's own logits.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Chunk:
     layers: tuple[int, ...]
     embedding: bool
     logits: bool
+    mtp: int = 0  # multi-token prediction layers (the last chunk only)
 
 
 @dataclass
@@ -65,8 +71,9 @@ class ModelLayout:
                                    moe_active_extra=active - dense)
         counts = self.scenario.stage_layer_counts
         chunks, start = [], 0
+        last = len(counts) - 1
         for i, n in enumerate(counts):
-            chunks.append(Chunk(i, tuple(range(start, start + n)), i == 0, i == len(counts) - 1))
+            chunks.append(Chunk(i, tuple(range(start, start + n)), i == 0, i == last, m.mtp_layers if i == last else 0))
             start += n
         self.chunks = chunks
 
@@ -80,19 +87,28 @@ class ModelLayout:
         return [self.chunk_of(pp_rank, c) for c in range(par.virtual_stages)]
 
     def units_of(self, chunk: Chunk) -> list[int]:
-        """Units of a chunk in forward order: 0 = embedding, layer + 1, layers + 1 = logits."""
+        """Units of a chunk in forward order: 0 = embedding, layer + 1, the multi-token prediction
+        layers' pairs layers + 2 + 2k and layers + 3 + 2k, layers + 1 = logits."""
+        layers = self.scenario.model.layers
         units = [0] if chunk.embedding else []
         units += [layer + 1 for layer in chunk.layers]
+        units += [layers + 2 + u for u in range(2 * chunk.mtp)]
         if chunk.logits:
-            units.append(self.scenario.model.layers + 1)
+            units.append(layers + 1)
         return units
 
     def unit_kind(self, unit: int) -> tuple[UnitKind, int]:
-        """(kind, layer index) of a unit; the layer is -1 for the embedding."""
+        """(kind, layer index) of a unit; the layer is -1 for the embedding, ``layers`` for the
+        logits; multi-token prediction layer k is a block at ``layers + k`` and logits at
+        ``layers + 1 + k``."""
+        layers = self.scenario.model.layers
         if unit == 0:
             return "embedding", -1
-        if unit == self.scenario.model.layers + 1:
-            return "logits", self.scenario.model.layers
+        if unit == layers + 1:
+            return "logits", layers
+        if unit > layers + 1:
+            k, head = divmod(unit - layers - 2, 2)
+            return ("logits", layers + 1 + k) if head else ("block", layers + k)
         return "block", unit - 1
 
     # parameters ----------------------------------------------------------------------------
@@ -114,8 +130,8 @@ class ModelLayout:
         params: list[Param] = []
         if chunk.embedding:
             params.append(Param("embedding", self.counts.embedding // t + self.counts.position, 0))
-        for layer in chunk.layers:
-            u = layer + 1
+        for layer in chunk.layers + tuple(range(m.layers, m.layers + chunk.mtp)):  # MTP blocks after the last
+            u = self.block_unit(layer)
             qkv, proj = (m.hidden * qkv_width + bias * qkv_width) // t, m.hidden * m.hidden // t + bias * m.hidden
             if m.mla is not None:  # tp = 1 (scenario/moe.py check_experts)
                 qkv, proj = sum(m.mla.projection_params(m.hidden, m.heads)), m.heads * m.mla.v_head_dim * m.hidden
@@ -132,10 +148,20 @@ class ModelLayout:
                 Param(f"l{layer}.fc1", (n_up * m.hidden * m.ffn + bias * n_up * m.ffn) // t, u),
                 Param(f"l{layer}.fc2", m.hidden * m.ffn // t + bias * m.hidden, u),
             ]
+        for k in range(chunk.mtp):  # its two input norms and final norm, its 2h -> h projection (no bias)
+            u = self.block_unit(m.layers + k)
+            params += [Param(f"mtp{k}.norms", 3 * norm, u), Param(f"mtp{k}.eh_proj", 2 * m.hidden * m.hidden // t, u)]
+        if chunk.mtp and not chunk.embedding:  # the stage's own embedding for MTP's inputs (gpt_model.py:173-174)
+            params.append(Param("mtp.embedding", self.counts.embedding // t + self.counts.position, m.layers + 2))
         if chunk.logits:
             output = self.counts.output or (0 if chunk.embedding else self.counts.embedding)
             params.append(Param("final_norm+output", self.counts.final_norm + output // t, m.layers + 1))
         return params
+
+    def block_unit(self, layer: int) -> int:
+        """The unit of block ``layer``; indices from ``layers`` on are the multi-token prediction layers'."""
+        layers = self.scenario.model.layers
+        return layer + 1 if layer < layers else layers + 2 + 2 * (layer - layers)
 
     def _moe_params(self, layer: int) -> list[Param]:
         """One rank's share of an MoE layer's MLP: the router (replicated), the shared experts
@@ -158,7 +184,8 @@ class ModelLayout:
         the same parameters, every MoE layer too; the embedding and logits ends by which of them
         the chunk has): the search asks this of thousands of layouts."""
         m = self.scenario.model
-        total = self._kind_numel(("ends", chunk.embedding, chunk.logits), Chunk(-1, (), chunk.embedding, chunk.logits))
+        total = self._kind_numel(("ends", chunk.embedding, chunk.logits, chunk.mtp),
+                                 Chunk(-1, (), chunk.embedding, chunk.logits, chunk.mtp))
         for layer in chunk.layers:
             moe = m.is_moe_layer(layer)
             total += self._kind_numel(("layer", moe), Chunk(-1, (layer,), False, False))

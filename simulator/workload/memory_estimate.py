@@ -108,6 +108,7 @@ def estimate_stage_memory(scenario: Scenario) -> tuple[MemoryEstimate, ...]:
             last = chunks[(k // par.pp) % len(chunks)] if par.pipeline_schedule == "interleaved" else chunks[0]
             stored += len(last.layers) * per_layer + (embedding if last.embedding else 0.0)
             stored += logits if last.logits else 0.0
+            stored += last.mtp * (per_layer + logits)  # a multi-token prediction layer: a block and logits
         # a layer's backward: its workspace and, for parameter-gathering strategies, its gathered weights
         block = workspace + _gathered_block_bytes(scenario, strategy, stage, last)
         # the first backward starts with the logits (the loss workspace, then freeing them), then a layer
