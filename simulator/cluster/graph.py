@@ -11,6 +11,7 @@ Vertex names: ``n{node}.gpu{i}``, ``n{node}.nvsw``, ``n{node}.pcie{k}``, ``n{nod
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
@@ -21,7 +22,11 @@ from simulator.catalog import GpuSpec, LinkKind, NcclConstants, NodeTypeSpec, Tr
 from simulator.cluster.links import Link, LinkTable, Vertex, VertexKind, VertexTable, split_name
 from simulator.scenario.fabric import FabricSpec
 
-__all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind", "ScaleOut"]
+__all__ = ["Link", "Vertex", "ClusterGraph", "VertexKind", "ScaleOut", "LinkRow"]
+
+# one direction of a link to add: (src, dst, kind, bandwidth B/s, efficiency, latency s, tier,
+# rail, owning node): :meth:`ClusterGraph.add_links`
+LinkRow = tuple[str, str, LinkKind, float, float, float, str, int | None, int | None]
 
 @dataclass
 class ClusterGraph:
@@ -106,6 +111,27 @@ class ClusterGraph:
         self.links.append(Link(link_id, a, b, kind, bandwidth, efficiency, latency, tier, rail, owner, slot))
         self._out.setdefault(a, []).append(link_id)
         self._pair[(a, b)] = link_id
+
+    def add_links(self, rows: Iterable[LinkRow]) -> None:
+        """Add one direction of a link per row, in order: what :meth:`add_link` with
+        ``both_ways=False`` adds for each, the owning node given by the caller (a fabric cabling
+        thousands of NICs, without looking each end up)."""
+        links, out, pair, slots = self.links, self._out, self._pair, self._node_slots
+        first, tails = self._first_slot, self._tail_of_node if self._template_out is not None else None
+        link_id = len(links)
+        append = links.tail.append if isinstance(links, LinkTable) else links.append
+        make = tuple.__new__  # Link(...) without its generated __new__'s argument handling: the same tuple
+        for a, b, kind, bandwidth, efficiency, latency, tier, rail, owner in rows:
+            slot = 0
+            if owner is not None:
+                slot = slots.get(owner, first)
+                slots[owner] = slot + 1
+                if tails is not None:
+                    tails.setdefault(owner, []).append(link_id)
+            append(make(Link, (link_id, a, b, kind, bandwidth, efficiency, latency, tier, rail, owner, slot)))
+            out.setdefault(a, []).append(link_id)
+            pair[(a, b)] = link_id
+            link_id += 1
 
     def copy_node(self, vertices: list[Vertex], links: list[Link], node: int) -> None:
         """Add node ``node`` as a copy of a built node's ``vertices`` and ``links`` (in the

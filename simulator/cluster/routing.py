@@ -64,6 +64,9 @@ class Router:
         self._reference = next((n for n in range(cluster.n_nodes) if n not in cluster.perturbed_nodes), 0)
         self._local_cache: dict[tuple[int, int], tuple[list[tuple[int, float]], list[tuple[int, float]]]] = {}
         self._latency: dict[int, float] = {}  # link id -> its latency, as paths ask
+        self._local_pairs: dict[tuple[int, int], list[_Pair]] = {}  # (sl, dl) -> the NIC pairs of _local_cache's parts
+        # hashed flows per connection (ECMP spreads a connection's flows; other policies one)
+        self._flows = cluster.transport.flows_per_connection if cluster.transport.multipath == "ecmp" else 1
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -187,8 +190,14 @@ class Router:
         if sn == dn:
             slots, hop, latency = self._intra(f"gpu{sl}", f"gpu{dl}", sn)
             return Route(tuple((link_id, 1.0) for link_id in self._shift(slots, sn)), hop, latency)
+        if not c.dead_links and not c.perturbed_nodes and (sl, dl) in self._local_cache:
+            # a healthy pair of local GPUs seen before: its NIC pairs and local parts are kept
+            split = self._split_route(sl, dl, sn, dn, self._local_pairs[(sl, dl)], self._flows, self._base(sn),
+                                      self._base(dn))
+            if split is not None:
+                return split
         weights: dict[int, float] = {}
-        flows = c.transport.flows_per_connection if c.transport.multipath == "ecmp" else 1
+        flows = self._flows
         pairs = self._live_pairs(sn, sl, dn, dl, flows)
         share = 1.0 / len(pairs)
         src_base, dst_base = self._base(sn), self._base(dn)
@@ -273,6 +282,7 @@ class Router:
                 for slot in down_slots:
                     dst[slot] = dst.get(slot, 0.0) + share
             found = self._local_cache[key] = (list(src.items()), list(dst.items()))
+            self._local_pairs[key] = pairs
         return found
 
     def _fabric_paths(self, src_nic: tuple[int, int], dst_nic: tuple[int, int], flow: int) -> list[tuple[list[int], float]]:
