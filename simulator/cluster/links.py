@@ -96,7 +96,7 @@ class LinkTable:
         self.changed: dict[int, Link] = {}
         # the template's names after the node prefix (``n0.``), split once
         self._locals = [(link.src[3:], link.dst[3:]) for link in template]
-        self._capacity: np.ndarray | None = None
+        self._kept: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]] | None = None
 
     def __len__(self) -> int:
         return self.interior + len(self.tail)
@@ -131,25 +131,37 @@ class LinkTable:
         node, slot = divmod(index, self.per_node)
         return self.interior_link(node, slot)
 
+    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """(template kind codes, template capacities, tail kind codes, tail capacities, the
+        kinds the codes stand for), kept until the tail grows."""
+        kept = self._kept
+        if kept is None or kept[0] != len(self.tail):
+            names: dict[str, int] = {}
+            codes = [[names.setdefault(link.kind, len(names)) for link in part] for part in (self.template, self.tail)]
+            capacity = [np.array([link.capacity_bytes_per_s for link in part], dtype=float)
+                        for part in (self.template, self.tail)]
+            kept = self._kept = (len(self.tail), np.array(codes[0], dtype=np.int64), capacity[0],
+                                 np.array(codes[1], dtype=np.int64), capacity[1], list(names))
+        return kept[1], kept[2], kept[3], kept[4], kept[5]
+
     def kinds(self, ids: np.ndarray) -> set[str]:
         """The kinds of links ``ids`` (an array of ids), without deriving each link."""
         if self.changed:
             return {self[i].kind for i in ids.tolist()}
+        inner_codes, _, tail_codes, _, names = self._columns()
         inner = ids < self.interior
-        slots = np.unique(ids[inner] % max(1, self.per_node)).tolist()
-        return {self.template[s].kind for s in slots} | {self.tail[i - self.interior].kind
-                                                          for i in ids[~inner].tolist()}
+        found = np.union1d(inner_codes[ids[inner] % max(1, self.per_node)], tail_codes[ids[~inner] - self.interior])
+        return {names[c] for c in found.tolist()}
 
     def capacities(self, ids: np.ndarray) -> np.ndarray:
         """``capacity_bytes_per_s`` of links ``ids`` (an array of ids), without deriving each link."""
         if self.changed:
             return np.array([self[i].capacity_bytes_per_s for i in ids.tolist()], dtype=float)
-        if self._capacity is None:
-            self._capacity = np.array([link.capacity_bytes_per_s for link in self.template], dtype=float)
+        _, inner_capacity, _, tail_capacity, _ = self._columns()
         out = np.empty(len(ids))
         inner = ids < self.interior
-        out[inner] = self._capacity[ids[inner] % max(1, self.per_node)]
-        out[~inner] = [self.tail[i - self.interior].capacity_bytes_per_s for i in ids[~inner].tolist()]
+        out[inner] = inner_capacity[ids[inner] % max(1, self.per_node)]
+        out[~inner] = tail_capacity[ids[~inner] - self.interior]
         return out
 
     def __setitem__(self, index: int, link: Link) -> None:
