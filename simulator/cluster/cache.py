@@ -19,7 +19,7 @@ everything derived from them that does not depend on the point:
 Everything kept is deterministic in its key and never changed by a run (plans, routes and
 link classes are immutable once built), so a cached setup gives bit-identical results to a
 fresh one (``tests/test_cluster_cache.py``). The cost is memory: a 16,384-GPU cluster's
-graph and routes hold 100-200 MB, hence the small bounds;
+graph (its fabric; node interiors are held once) and routes hold 100-200 MB, hence the small bounds;
 :func:`clear_cluster_cache` empties it.
 """
 
@@ -43,7 +43,8 @@ __all__ = ["ClusterSetup", "cluster_setup", "clear_cluster_cache", "CACHE_SIZE",
 
 # clusters kept per process (each with its routes, plans and link classes), and the GPUs they
 # may hold together (the newest is kept whatever its size): a kept 16,384-GPU cluster holds
-# about 100-200 MB (Llama-3 405B on 16,384 H100: +209 MB RSS, +110 MB after clearing)
+# about 100-200 MB (Llama-3 405B on 16,384 H100: peak RSS +163 MB for a fresh simulate, +225 MB
+# before node interiors were held once)
 CACHE_SIZE = 4
 CACHE_GPUS = 32_768
 # above this many nodes, identical node interiors are held once and derived on demand
@@ -69,8 +70,8 @@ _LOCK = threading.Lock()
 def new_setup(spec: ClusterSpec, catalog: Catalog, seed: int) -> ClusterSetup:
     """A fresh setup, not cached.
 
-    A built graph is long-lived (kept here for the next runs) and large (a 16,384-GPU one
-    holds about 230,000 links and vertices). The cyclic garbage collector would scan every
+    A built graph is long-lived (kept here for the next runs) and large (a 16,384-GPU
+    one's fabric holds about 65,000 links; copied node interiors would add 120,000 more). The cyclic garbage collector would scan every
     one of them on its way to the oldest generation: at the first collection after the run
     (which pauses the collector, :func:`simulator.run.simulate`), and again in the middle
     one, about 0.15 s each at that size. ``gc.freeze()`` then ``gc.unfreeze()`` puts every
