@@ -9,6 +9,7 @@ from simulator.catalog import default_catalog
 from simulator.cluster import builders, cache
 from simulator.cluster.builders import build_cluster
 from simulator.cluster.collectives import CollectivePlanner
+from simulator.cluster.describe import summarize
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.routing import Router
 from simulator.engine import LinkClasses
@@ -34,7 +35,8 @@ def _graphs(node, nodes, fabric):
 @pytest.mark.parametrize("node,nodes,fabric", CASES)
 def test_a_replicated_graph_reads_as_the_copied_graph(node, nodes, fabric):
     """Every link (id, names, rates, slot, node), vertex, out-list, pair and per-node slot list
-    of the replicated graph equals the copied graph's; names outside the cluster are absent."""
+    of the replicated graph equals the copied graph's, and so does its topology summary; names
+    outside the cluster are absent."""
     built, rep = _graphs(node, nodes, fabric)
     assert rep.replicated and not built.replicated
     assert len(rep.links) == len(built.links) and list(rep.links) == built.links
@@ -47,6 +49,7 @@ def test_a_replicated_graph_reads_as_the_copied_graph(node, nodes, fabric):
     for n in range(nodes):
         assert rep.node_link_ids(n) == built.node_link_ids(n)
     assert rep.link_between("n0.gpu0", "n1.gpu0") is None
+    assert summarize(rep) == summarize(built)  # dtsim topo's summary, networkx max flow included
     assert f"n{nodes}.gpu0" not in rep.vertices and "n0.nosuch" not in rep.vertices and 3 not in rep.vertices
     with pytest.raises(KeyError):
         rep.vertices[f"n{nodes}.gpu0"]
