@@ -143,3 +143,30 @@ def test_a_fresh_symmetric_simulate_builds_two_nodes_at_any_size(monkeypatch):
         counts[gpus] = (list(built), list(copied), len(graph.links.template))
     cache.clear_cluster_cache()
     assert counts[256] == counts[4096] == ([0, 1], [], 58)
+
+
+def test_a_measured_profile_rewrites_every_node_of_a_replicated_graph(tmp_path):
+    """cluster.calibration with a measured 2-rank all-reduce (20 us + D / 100 GB/s) rescales the
+    NVLink links of every node (simulator/cluster/comm_profile.py): a replicated graph keeps the
+    rewritten links over its template, and reads, routes and classes as the copied graph does."""
+    path = tmp_path / "measured.yaml"
+    path.write_text("""
+kind: dtsim-compute-profile
+gpu: a100-80gb
+calibrated: true
+gemm: {bf16: {log10_flops: [9], efficiency: [0.5]}}
+attention_fwd: {bf16: {log10_flops: [9], efficiency: [0.5]}}
+attention_bwd: {bf16: {log10_flops: [9], efficiency: [0.5]}}
+comm:
+  all_reduce: {alpha: 2.0e-05, beta: 1.0e-11, ranks: 2, backend: nccl}
+""")
+    spec = ClusterSpec.model_validate({"node": "dgx-a100", "nodes": 4, "calibration": str(path)})
+    built, rep = build_cluster(spec), build_cluster(spec, replicated=True)
+    plain = build_cluster(ClusterSpec.model_validate({"node": "dgx-a100", "nodes": 4}))
+    nvlink = [i for i, link in enumerate(plain.links) if link.tier == "nvlink"]
+    assert all(built.links[i] != plain.links[i] for i in nvlink)  # the profile rewrote every node's NVLink
+    assert rep.links.changed and list(rep.links) == built.links
+    a, b = Router(built), Router(rep)
+    assert all(a.route(s, d) == b.route(s, d) for s in range(32) for d in range(32))
+    u, v = LinkClasses(built, 2), LinkClasses(rep, 2)
+    assert np.array_equal(u.class_of, v.class_of) and np.array_equal(u.capacity, v.capacity)
