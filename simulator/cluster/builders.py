@@ -163,16 +163,20 @@ NODE_BUILDERS: dict[str, Callable[[ClusterGraph, int], None]] = {
     "torus": build_torus_node,
 }
 
-def _build_nodes(cluster: ClusterGraph, build_node: Callable[[ClusterGraph, int], None], n_nodes: int) -> None:
+def _build_nodes(cluster: ClusterGraph, build_node: Callable[[ClusterGraph, int], None], n_nodes: int,
+                 replicated: bool = False) -> None:
     """Every node's interior. Nodes are alike (the router relies on it too): nodes 0 and 1 are
     built, and when node 1 is node 0 renamed, the others are copied from node 0
-    (:meth:`ClusterGraph.copy_node`); otherwise each is built."""
+    (:meth:`ClusterGraph.copy_node`), or with ``replicated`` every node is held as node 0's
+    copy without building it (:meth:`ClusterGraph.replicate_nodes`); otherwise each is built."""
     shapes = []
     for node in range(min(2, n_nodes)):
         v0, l0 = len(cluster.vertices), len(cluster.links)
         build_node(cluster, node)
         shapes.append((list(cluster.vertices.values())[v0:], cluster.links[l0:]))
-    if n_nodes > 2 and _renamed(shapes[0], shapes[1]):
+    if replicated and n_nodes > 1 and _renamed(shapes[0], shapes[1]):
+        cluster.replicate_nodes(n_nodes)
+    elif n_nodes > 2 and _renamed(shapes[0], shapes[1]):
         vertices, links = shapes[0]
         for node in range(2, n_nodes):
             cluster.copy_node(vertices, links, node)
@@ -206,11 +210,13 @@ def check_cluster_limits(spec: ClusterSpec) -> None:
                  field="cluster.nodes")
 
 
-def build_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterGraph:
+def build_cluster(spec: ClusterSpec, catalog: Catalog | None = None, *, replicated: bool = False) -> ClusterGraph:
     """Build the whole cluster graph for a validated :class:`ClusterSpec` (with the intra-node
     links recalibrated when ``spec.calibration`` holds measured collectives). Transports and
     NCCL constants come from ``catalog`` (default: :func:`~simulator.catalog.default_catalog`),
-    read once here."""
+    read once here. ``replicated``: hold identical node interiors once, derived on demand
+    (:meth:`ClusterGraph.replicate_nodes`; the same graph, read link by link), for a cluster
+    that no fault rewrites."""
     check_cluster_limits(spec)
     catalog = catalog or default_catalog()
     node_type = spec.node_type
@@ -226,7 +232,7 @@ def build_cluster(spec: ClusterSpec, catalog: Catalog | None = None) -> ClusterG
         pcie_transport=catalog.transport("pcie"),
         nccl=catalog.nccl,
     )
-    _build_nodes(cluster, NODE_BUILDERS[node_type.intra_node.kind], spec.n_nodes)
+    _build_nodes(cluster, NODE_BUILDERS[node_type.intra_node.kind], spec.n_nodes, replicated)
     cluster.scale_out = build_fabric(cluster, spec.fabric)
     cluster.description = (
         f"{spec.n_nodes} x {node_type.name} ({spec.gpus_in_node} x {cluster.gpu.name}), "

@@ -7,7 +7,9 @@ the last :data:`CACHE_SIZE` clusters of this process, at most :data:`CACHE_GPUS`
 all (least recently used first out), with
 everything derived from them that does not depend on the point:
 
-* the :class:`~simulator.cluster.graph.ClusterGraph` (built once),
+* the :class:`~simulator.cluster.graph.ClusterGraph` (built once; above
+  :data:`REPLICATE_ABOVE_NODES` nodes with its identical node interiors held once,
+  :mod:`simulator.cluster.links`),
 * its :class:`~simulator.cluster.routing.Router` (every route computed, cached inside),
 * its :class:`~simulator.cluster.collectives.CollectivePlanner` (ring orders and the
   collective plan of every (op, algorithm, group) asked for, cached inside),
@@ -17,7 +19,7 @@ everything derived from them that does not depend on the point:
 Everything kept is deterministic in its key and never changed by a run (plans, routes and
 link classes are immutable once built), so a cached setup gives bit-identical results to a
 fresh one (``tests/test_cluster_cache.py``). The cost is memory: a 16,384-GPU cluster's
-graph and routes hold 100-200 MB, hence the small bounds;
+graph (its fabric; node interiors are held once) and routes hold 100-200 MB, hence the small bounds;
 :func:`clear_cluster_cache` empties it.
 """
 
@@ -37,13 +39,18 @@ from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.routing import Router
 from simulator.scenario.spec import ClusterSpec
 
-__all__ = ["ClusterSetup", "cluster_setup", "clear_cluster_cache", "CACHE_SIZE", "CACHE_GPUS"]
+__all__ = ["ClusterSetup", "cluster_setup", "clear_cluster_cache", "CACHE_SIZE", "CACHE_GPUS", "REPLICATE_ABOVE_NODES"]
 
 # clusters kept per process (each with its routes, plans and link classes), and the GPUs they
 # may hold together (the newest is kept whatever its size): a kept 16,384-GPU cluster holds
-# about 100-200 MB (Llama-3 405B on 16,384 H100: +209 MB RSS, +110 MB after clearing)
+# about 100-200 MB (Llama-3 405B on 16,384 H100: peak RSS +163 MB for a fresh simulate, +225 MB
+# before node interiors were held once)
 CACHE_SIZE = 4
 CACHE_GPUS = 32_768
+# above this many nodes, identical node interiors are held once and derived on demand
+# (:meth:`ClusterGraph.replicate_nodes`: building stops growing with the nodes); up to it
+# every node is copied (a few milliseconds), and links are read from a plain list
+REPLICATE_ABOVE_NODES = 16
 
 
 @dataclass
@@ -63,8 +70,8 @@ _LOCK = threading.Lock()
 def new_setup(spec: ClusterSpec, catalog: Catalog, seed: int) -> ClusterSetup:
     """A fresh setup, not cached.
 
-    A built graph is long-lived (kept here for the next runs) and large (a 16,384-GPU one
-    holds about 230,000 links and vertices). The cyclic garbage collector would scan every
+    A built graph is long-lived (kept here for the next runs) and large (a 16,384-GPU
+    one's fabric holds about 65,000 links; copied node interiors would add 120,000 more). The cyclic garbage collector would scan every
     one of them on its way to the oldest generation: at the first collection after the run
     (which pauses the collector, :func:`simulator.run.simulate`), and again in the middle
     one, about 0.15 s each at that size. ``gc.freeze()`` then ``gc.unfreeze()`` puts every
@@ -72,7 +79,7 @@ def new_setup(spec: ClusterSpec, catalog: Catalog, seed: int) -> ClusterSetup:
     (Python's gc module: unfreeze returns the frozen objects to the oldest generation);
     nothing is kept from collection: a full collection still scans them, and frees any
     garbage among them."""
-    graph = build_cluster(spec, catalog)
+    graph = build_cluster(spec, catalog, replicated=spec.n_nodes > REPLICATE_ABOVE_NODES)
     gc.freeze()
     gc.unfreeze()
     router = Router(graph, seed=seed)

@@ -15,6 +15,7 @@ import numpy as np
 
 from simulator.catalog import NcclConstants, default_catalog
 from simulator.cluster.graph import ClusterGraph
+from simulator.cluster.links import LinkTable
 from simulator.costs.collectives import PROTOCOLS, CollectiveShape, NcclModel, PhaseShape
 
 __all__ = ["Flow", "PhasePlan", "CollectivePlan", "nccl_model"]
@@ -67,7 +68,11 @@ class PhasePlan:
         if kept is not None and kept[0] is cluster:
             return kept[1]
         links = cluster.links
-        value = max((w / links[i].capacity_bytes_per_s for i, w in self.link_weights), default=0.0)
+        if isinstance(links, LinkTable) and self.link_weights:  # the same divisions, without deriving each link
+            ids, weights = self.arrays()
+            value = float(np.max(weights / links.capacities(ids)))
+        else:
+            value = max((w / links[i].capacity_bytes_per_s for i, w in self.link_weights), default=0.0)
         self.__dict__["_seconds_per_byte"] = (cluster, value)
         return value
 

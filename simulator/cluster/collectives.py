@@ -43,6 +43,7 @@ from simulator.cluster.collective_algorithms import ALGORITHMS
 from simulator.cluster.collective_plan import CollectivePlan, Flow, PhasePlan, nccl_model
 from simulator.cluster.fabrics.torus import snake_order
 from simulator.cluster.graph import ClusterGraph
+from simulator.cluster.links import LinkTable
 from simulator.cluster.routing import Router
 from simulator.costs.collectives import NcclModel
 
@@ -294,16 +295,9 @@ class CollectivePlanner:
             plan.__dict__["_arrays"] = arrays
         return plan
 
-    @cached_property
-    def _link_kinds(self) -> tuple[np.ndarray, tuple[str, ...]]:
-        """Every link's kind as a code, and the kinds the codes stand for."""
-        names = tuple(sorted({link.kind for link in self.cluster.links}))
-        code = {name: i for i, name in enumerate(names)}
-        return np.array([code[link.kind] for link in self.cluster.links], dtype=np.int64), names
-
     def _ll128_ok(self, phase: PhasePlan) -> bool:
-        codes, names = self._link_kinds
-        kinds = {names[k] for k in np.unique(codes[phase.arrays()[0]]).tolist()}
+        links, ids = self.cluster.links, phase.arrays()[0]
+        kinds = links.kinds(ids) if isinstance(links, LinkTable) else {links[i].kind for i in ids.tolist()}
         allowed = {"nvlink", "infiniband"}
         if phase.nodes > 1:
             allowed |= {"pcie"}  # GPU-NIC PCIe hops on InfiniBand nodes (NCCL: paths up to PXB)

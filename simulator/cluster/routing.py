@@ -53,7 +53,7 @@ class Router:
     def __init__(self, cluster: ClusterGraph, seed: int = 0) -> None:
         self.cluster = cluster
         self.seed = seed
-        self._node_base = self._node_link_bases()
+        self._node_base: dict[int, list[int]] = {}  # node -> its link ids by slot, filled as routes need them
         self._gpu_nics = {i: self._nics_for_gpu(i) for i in range(cluster.gpus_per_node)}
         self._routes: dict[tuple[int, int], Route] = {}
         self._intra_cache: dict[tuple[int, str, str], tuple[tuple[int, ...], HopClass, float]] = {}
@@ -61,19 +61,21 @@ class Router:
                                list[tuple[int, int, tuple[int, ...], tuple[int, ...], float]]] = {}
         # nodes route alike, so a healthy reference node's paths serve them all; a node with a
         # perturbed link (simulator/cluster/faults.py) has its own
-        healthy = [n for n in range(cluster.n_nodes) if n not in cluster.perturbed_nodes]
-        self._reference = healthy[0] if healthy else 0
+        self._reference = next((n for n in range(cluster.n_nodes) if n not in cluster.perturbed_nodes), 0)
         self._local_cache: dict[tuple[int, int], tuple[list[tuple[int, float]], list[tuple[int, float]]]] = {}
+        self._latency: dict[int, float] = {}  # link id -> its latency, as paths ask
+        self._local_pairs: dict[tuple[int, int], list[_Pair]] = {}  # (sl, dl) -> the NIC pairs of _local_cache's parts
+        # hashed flows per connection (ECMP spreads a connection's flows; other policies one)
+        self._flows = cluster.transport.flows_per_connection if cluster.transport.multipath == "ecmp" else 1
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _node_link_bases(self) -> list[dict[int, int]]:
-        """For each node: slot -> link id (slots line up across nodes)."""
-        bases: list[dict[int, int]] = [dict() for _ in range(self.cluster.n_nodes)]
-        for link in self.cluster.links:
-            if link.node is not None:
-                bases[link.node][link.slot] = link.id
-        return bases
+    def _base(self, node: int) -> list[int]:
+        """``node``'s link ids by slot (slots line up across nodes), kept."""
+        found = self._node_base.get(node)
+        if found is None:
+            found = self._node_base[node] = self.cluster.node_link_ids(node)
+        return found
 
     def _nics_for_gpu(self, local: int) -> tuple[int, ...]:
         c = self.cluster
@@ -147,7 +149,7 @@ class Router:
     def _slots_info(self, path: list[int], node: int) -> tuple[tuple[int, ...], HopClass, float]:
         """(slots, hop class, latency) of a path given as link slots of ``node``."""
         c = self.cluster
-        base = self._node_base[node]
+        base = self._base(node)
         kinds = {c.links[base[s]].kind for s in path}
         hop = "nvlink" if kinds <= DEVICE_LINK_KINDS else "pcie"
         latency = sum(c.links[base[s]].latency_s for s in path)
@@ -165,7 +167,7 @@ class Router:
         return found
 
     def _shift(self, slots: tuple[int, ...], node: int) -> list[int]:
-        base = self._node_base[node]
+        base = self._base(node)
         return [base[s] for s in slots]
 
     # -- the route -----------------------------------------------------------------------
@@ -188,11 +190,17 @@ class Router:
         if sn == dn:
             slots, hop, latency = self._intra(f"gpu{sl}", f"gpu{dl}", sn)
             return Route(tuple((link_id, 1.0) for link_id in self._shift(slots, sn)), hop, latency)
+        if not c.dead_links and not c.perturbed_nodes and (sl, dl) in self._local_cache:
+            # a healthy pair of local GPUs seen before: its NIC pairs and local parts are kept
+            split = self._split_route(sl, dl, sn, dn, self._local_pairs[(sl, dl)], self._flows, self._base(sn),
+                                      self._base(dn))
+            if split is not None:
+                return split
         weights: dict[int, float] = {}
-        flows = c.transport.flows_per_connection if c.transport.multipath == "ecmp" else 1
+        flows = self._flows
         pairs = self._live_pairs(sn, sl, dn, dl, flows)
         share = 1.0 / len(pairs)
-        src_base, dst_base = self._node_base[sn], self._node_base[dn]
+        src_base, dst_base = self._base(sn), self._base(dn)
         latency = 0.0
         if c.scale_out is None:
             raise ValueError("the cluster graph has no scale-out fabric built")
@@ -211,7 +219,7 @@ class Router:
             for f in range(flows):
                 alternatives = self._fabric_paths(src_nic, dst_nic, f + p * flows)
                 if p == 0 and f == 0:  # the first pair's first flow sets the latency
-                    latency = intra_lat + sum(c.links[i].latency_s for i in alternatives[0][0])
+                    latency = intra_lat + self._path_latency(alternatives[0][0])
                 for links, frac in alternatives:
                     add = share * frac / flows
                     for link_id in links:
@@ -219,7 +227,7 @@ class Router:
         return Route(tuple(sorted(weights.items())), "net", latency)
 
     def _split_route(self, sl: int, dl: int, sn: int, dn: int, pairs: list[_Pair], flows: int,
-                     src_base: dict[int, int], dst_base: dict[int, int]) -> Route | None:
+                     src_base: list[int], dst_base: list[int]) -> Route | None:
         """The route between nodes summed in three parts that share no link: the source node's
         links (summed once per (sl, dl), shifted to node sn), the destination node's (to dn)
         and the fabric's. Each link's sum is the general one's, term by term in the same order,
@@ -235,16 +243,29 @@ class Router:
             for f in range(flows):
                 alternatives = scale_out.paths(c, (sn, a), (dn, b), f + p * flows, seed)
                 if p == 0 and f == 0:
-                    latency = intra_lat + sum(c.links[i].latency_s for i in alternatives[0][0])
+                    latency = intra_lat + self._path_latency(alternatives[0][0])
                 for links, frac in alternatives:
                     add = share * frac / flows
                     for link_id in links:
                         fabric[link_id] = fabric.get(link_id, 0.0) + add
-        items = [(src_base[s], w) for s, w in src_part] + [(dst_base[s], w) for s, w in dst_part]
-        if not fabric.keys().isdisjoint(i for i, _ in items):
-            return None
+        items = [(src_base[s], w) for s, w in src_part]
+        items += [(dst_base[s], w) for s, w in dst_part]
         items += fabric.items()
-        return Route(tuple(sorted(items)), "net", latency)
+        if len({i for i, _ in items}) < len(items):  # a fabric link is also a node link
+            return None
+        items.sort()
+        return Route(tuple(items), "net", latency)
+
+    def _path_latency(self, links: list[int]) -> float:
+        """The summed latency of ``links`` (each link's latency kept: fabric paths repeat them)."""
+        known = self._latency
+        total: float = 0  # as sum() starts: 0 + the first latency is that latency, to the bit
+        for i in links:
+            lat = known.get(i)
+            if lat is None:
+                lat = known[i] = self.cluster.links[i].latency_s
+            total += lat
+        return total
 
     def _local_parts(self, sl: int, dl: int, pairs: list[_Pair]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
         """(slot, bytes per byte) on the source and the destination node of a route from local
@@ -261,6 +282,7 @@ class Router:
                 for slot in down_slots:
                     dst[slot] = dst.get(slot, 0.0) + share
             found = self._local_cache[key] = (list(src.items()), list(dst.items()))
+            self._local_pairs[key] = pairs
         return found
 
     def _fabric_paths(self, src_nic: tuple[int, int], dst_nic: tuple[int, int], flow: int) -> list[tuple[list[int], float]]:

@@ -24,6 +24,7 @@ import operator
 import numpy as np
 
 from simulator.cluster.graph import ClusterGraph
+from simulator.cluster.links import LinkTable
 from simulator.engine.lowering import CommPhase
 
 __all__ = ["LinkClasses"]
@@ -53,7 +54,24 @@ class LinkClasses:
             class_position = []
             class_list: list[int] = []
             block_list: list[int] = []
-            for link in cluster.links:  # hot with 10^5 links: one key and one lookup per link
+            links = cluster.links
+            start = 0
+            if isinstance(links, LinkTable) and not links.changed and links.nodes % block_nodes == 0:
+                # replicated interiors (ids node * L + slot): the first block's keys in id order
+                # are new, every later block's repeat them, so the class of an interior link is
+                # (node % block_nodes) * L + slot; the loop below then sees only what follows
+                start, per_node = links.interior, links.per_node
+                for node in range(block_nodes):
+                    for slot in range(per_node):
+                        link = links.interior_link(node, slot)
+                        first: tuple[object, ...] = ("n", node, slot, _physics(link))
+                        classes[first] = positions[first[:-1]] = len(class_position)
+                        class_position.append(len(class_position))
+                ids = np.arange(start, dtype=np.int64)
+                node_of = ids // per_node
+                class_list = ((node_of % block_nodes) * per_node + ids % per_node).tolist()
+                block_list = (node_of // block_nodes).tolist()
+            for link in links[start:] if start else links:  # hot with 10^5 links: one key and one lookup per link
                 key: tuple[object, ...]
                 if link.node is not None:
                     key = ("n", link.node % block_nodes, link.slot, _physics(link))
@@ -101,9 +119,10 @@ class LinkClasses:
         """The classes whose links are of one of ``kinds``, ascending (kept: link classes
         outlive a run when their cluster is cached, :mod:`simulator.cluster.cache`)."""
         found = self._kind_classes.get(kinds)
-        if found is None:
-            ids = [link.id for link in self.cluster.links if link.kind in kinds]
-            found = self._kind_classes[kinds] = np.unique(self.class_of[np.array(ids, dtype=np.int64)])
+        if found is None:  # a class's links share their kind (it is part of their physics)
+            links = self.cluster.links
+            found = np.array([c for c, m in enumerate(self.members) if links[m[0]].kind in kinds], dtype=np.int64)
+            self._kind_classes[kinds] = found
         return found
 
     def label(self, index: int) -> str:

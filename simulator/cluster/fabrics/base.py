@@ -13,12 +13,13 @@ spine lists, torus coordinates); the graph only holds vertices and links.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from simulator.cluster.graph import ClusterGraph
+from simulator.cluster.graph import ClusterGraph, LinkRow
 
-__all__ = ["Fabric", "FabricPath", "NicRef", "FABRICS", "register_fabric", "build_fabric", "nic_params", "add_nic_link"]
+__all__ = ["Fabric", "FabricPath", "NicRef", "FABRICS", "register_fabric", "build_fabric", "nic_params", "add_nic_link",
+           "add_nic_links"]
 
 NicRef = tuple[int, int]  # (node, NIC index within the node)
 FabricPath = tuple[list[int], float]  # (link ids in order, fraction of the bytes taking them)
@@ -92,6 +93,19 @@ def nic_params(cluster: ClusterGraph) -> tuple[float, float, float]:
     eff = fabric.efficiency or (nics.efficiency if same_transport else None) or cluster.transport.efficiency
     lat = fabric.latency_s if fabric.latency_s is not None else cluster.transport.latency_s
     return bw, eff, lat
+
+
+def add_nic_links(cluster: ClusterGraph, cables: Iterable[tuple[str, str, int | None, int]]) -> None:
+    """Cable each ``(nic, switch, rail, node of the NIC)`` as :func:`add_nic_link` does, in
+    order (the same links, ids and slots), in one pass over the graph."""
+    bw, eff, lat = nic_params(cluster)
+    kind = cluster.transport_kind
+    up_lat = lat + cluster.transport.switch_latency_s
+    rows: list[LinkRow] = []
+    for nic, switch, rail, node in cables:
+        rows.append((nic, switch, kind, bw, eff, up_lat, "nic-up", rail, node))  # type: ignore[arg-type]
+        rows.append((switch, nic, kind, bw, eff, 0.0, "nic-down", rail, node))  # type: ignore[arg-type]
+    cluster.add_links(rows)
 
 
 def add_nic_link(cluster: ClusterGraph, nic: str, switch: str, rail: int | None) -> tuple[int, int]:

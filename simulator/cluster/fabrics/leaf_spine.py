@@ -13,8 +13,8 @@ import math
 import zlib
 from typing import Any
 
-from simulator.cluster.fabrics.base import Fabric, FabricPath, NicRef, add_nic_link, nic_params, register_fabric
-from simulator.cluster.graph import ClusterGraph, Vertex
+from simulator.cluster.fabrics.base import Fabric, FabricPath, NicRef, add_nic_links, nic_params, register_fabric
+from simulator.cluster.graph import ClusterGraph, LinkRow, Vertex
 
 __all__ = ["LeafSpineFabric", "FatTree", "RailOptimized", "SingleSwitch"]
 
@@ -33,9 +33,10 @@ class LeafSpineFabric(Fabric):
 
     # -- building --------------------------------------------------------------------------
 
-    def _cable(self, cluster: ClusterGraph, nic: str, switch: str, rail: int | None) -> None:
-        add_nic_link(cluster, nic, switch, rail)
-        self.nic_leaf[nic] = switch
+    def _cable(self, cluster: ClusterGraph, cables: list[tuple[str, str, int | None, int]]) -> None:
+        """Cable each (NIC, its switch, rail, node), in order."""
+        add_nic_links(cluster, cables)
+        self.nic_leaf.update((nic, switch) for nic, switch, _, _ in cables)
 
     def _geometry(self, cluster: ClusterGraph, nics_per_node_per_leaf: int) -> tuple[int, int, int]:
         """(nodes per leaf, leaves, spines) for ``switch_radix`` ports, half facing down."""
@@ -56,12 +57,14 @@ class LeafSpineFabric(Fabric):
         for name in names:
             if name not in cluster.vertices:
                 cluster.add_vertex(Vertex(name, "spine", None, name))
-        for leaf in leaves:
+        lat = cluster.transport.switch_latency_s
+        rows: list[LinkRow] = []
+        for leaf in leaves:  # each leaf to each spine, then back: add_link's two directions
             for name in names:
-                cluster.add_link(leaf, name, kind=kind, bandwidth_bytes_per_s=up_each,  # type: ignore[arg-type]
-                                 efficiency=eff, latency_s=cluster.transport.switch_latency_s, tier="leaf-up",
-                                 reverse_tier="spine-down", rail=rail)
+                rows.append((leaf, name, kind, up_each, eff, lat, "leaf-up", rail, None))  # type: ignore[arg-type]
+                rows.append((name, leaf, kind, up_each, eff, lat, "spine-down", rail, None))  # type: ignore[arg-type]
             self.leaf_spines[leaf] = names
+        cluster.add_links(rows)
 
     def bisection_estimate_bytes_per_s(self, cluster: ClusterGraph, node_nic_bytes_per_s: float) -> float:
         """Half the nodes' NIC bandwidth, reduced by the oversubscription."""
@@ -129,9 +132,15 @@ class LeafSpineFabric(Fabric):
         count = len(self.leaf_spines[leaf_a])
         if policy == "ecmp":
             key = f"{src[0]}.{src[1]}>{dst[0]}.{dst[1]}#{flow}@{seed}".encode()
-            a, b = self._spine_pair(cluster, leaf_a, leaf_b, zlib.crc32(key) % count)
+            index = zlib.crc32(key) % count
         else:  # single: D-mod-k on the destination port (the destination NIC's global index)
-            a, b = self._spine_pair(cluster, leaf_a, leaf_b, (dst[0] * cluster.node_type.nics.count + dst[1]) % count)
+            index = (dst[0] * cluster.node_type.nics.count + dst[1]) % count
+        ups = self._up_cache.get(leaf_a)
+        downs = self._down_cache.get(leaf_b)
+        if ups is None or downs is None or self.leaf_spines[leaf_a][index] not in downs:
+            a, b = self._spine_pair(cluster, leaf_a, leaf_b, index)
+        else:  # both links known: _spine_pair's answer without the call
+            a, b = ups[index], downs[self.leaf_spines[leaf_a][index]]
         return [([up, a, b, down], 1.0)]
 
 
@@ -150,9 +159,8 @@ class SingleSwitch(LeafSpineFabric):
         if cluster.n_nodes == 1:
             return
         cluster.add_vertex(Vertex("switch", "switch", None, "switch"))
-        for node in range(cluster.n_nodes):
-            for nic in cluster.nics_of_node(node):
-                self._cable(cluster, nic, "switch", None)
+        self._cable(cluster, [(nic, "switch", None, node) for node in range(cluster.n_nodes)
+                              for nic in cluster.nics_of_node(node)])
 
 
 @register_fabric("fat-tree")
@@ -174,9 +182,8 @@ class FatTree(LeafSpineFabric):
         leaves = [f"leaf{i}" for i in range(n_leaves)]
         for leaf in leaves:
             cluster.add_vertex(Vertex(leaf, "leaf", None, leaf))
-        for node in range(cluster.n_nodes):
-            for nic in cluster.nics_of_node(node):
-                self._cable(cluster, nic, leaves[node // per_leaf], None)
+        self._cable(cluster, [(nic, leaves[node // per_leaf], None, node) for node in range(cluster.n_nodes)
+                              for nic in cluster.nics_of_node(node)])
         if n_leaves > 1:
             bw, _, _ = nic_params(cluster)
             self._add_spines(cluster, leaves, per_leaf * nics * bw, spines)
@@ -204,8 +211,8 @@ class RailOptimized(LeafSpineFabric):
             leaves = [f"rail{rail}.leaf{g}" for g in range(n_groups)]
             for leaf in leaves:
                 cluster.add_vertex(Vertex(leaf, "leaf", None, leaf))
-            for node in range(cluster.n_nodes):
-                self._cable(cluster, f"n{node}.nic{rail}", leaves[node // per_leaf], rail)
+            self._cable(cluster, [(f"n{node}.nic{rail}", leaves[node // per_leaf], rail, node)
+                                  for node in range(cluster.n_nodes)])
             all_leaves += leaves
         if len(all_leaves) > 1:
             self._add_spines(cluster, all_leaves, per_leaf * bw, spines)
