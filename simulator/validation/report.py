@@ -293,7 +293,7 @@ MODEL_NOTES = [
     "sitting 5.0 to 5.4 GiB above their compiled twins); torch.distributed.pipelining's receive buffers (one per "
     "micro-batch for the input and the output gradient), the outputs (the last stage's logits) and input "
     "gradients it keeps until the step ends, and the one tensor its step() returns, all micro-batches' logits "
-    "concatenated while they are still kept (8 GiB on the 405B's last stage; parallelism.pp_microbatch_buffers), "
+    "concatenated while they are still kept (7.8 GiB on the 405B's last stage; parallelism.pp_microbatch_buffers), "
     "and the context-parallel all-gather's gathered K/V and fp32 gradients in the block backward. Not modelled: "
     "fragmentation between the tensors of one layer (each tensor as its own request, allocated and freed "
     "together at dtsim's task boundaries, was tried: the pieces fit the cached holes that one aggregate "
