@@ -299,8 +299,11 @@ MODEL_NOTES = [
     "together at dtsim's task boundaries, was tried: the pieces fit the cached holes that one aggregate "
     "cannot: five of the six 405B rows fall 7 to 9 points, the others move 1 point at most; without the tensors' lifetimes "
     "inside a layer, the aggregate stays), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set by torchtitan's "
-    "run_llama_train.sh at 9dec370; whether the runs used it is not stated), and what a compiled loss (the H200 "
-    "runs) keeps beyond the fused loss's fp32 logits.",
+    "run_llama_train.sh at 9dec370; whether the runs used it is not stated), and when the H200 runs' compiled loss "
+    "holds its bytes: torch.compile of torchtitan's cross_entropy(pred.float()) (torch 2.13's min-cut partitioner "
+    "and inductor, traced on CPU) saves the bf16 logits and two fp32 numbers per token and its backward allocates "
+    "only the bf16 gradient, 2 + 2 bytes per logit at the loss backward where the fused loss counts 4 from the "
+    "logits forward on (the same peak; the H200 rows stay the lowest with or without that timing).",
     "- **Collectives**: only the 2 x p4de nccl-tests curve is in the public set; H100 NVLink SHARP and p5 EFA "
     "curves are not checked against measurements. On p4de every size runs NCCL's Simple protocol "
     "(aws-ofi-nccl sets NCCL_PROTO=simple there). 8 and 16 MiB resist (tree/Simple predicted 14% and 18% "
