@@ -68,11 +68,35 @@ def test_outputs_are_kept_until_the_step_ends_and_received_inputs_are_not_counte
     assert clear.start_s >= optimizer_end
 
 
-def test_the_buffers_change_memory_not_time():
-    """Zero-time markers: the step time is the same; the last stage's peak grows (its logits
-    pile up until the step ends)."""
-    on, off = _rows(True).result, _rows(False).result
-    assert on.step_time_s == off.step_time_s
+def test_the_last_stage_merges_its_outputs_into_one_tensor_after_its_last_backward():
+    """``step`` returns the 4 micro-batches' logits concatenated: one allocation of
+    4 * 823,410,688 B = 3,293,642,752 B at the copy's start, freed at its end, after the last
+    backward and before the optimizer, on the last stage only; while it is live the 4 kept
+    logits are too (they are freed when the step ends), so the last stage's peak is at least
+    4 * 2 * 823,410,688 B = 6,587,285,504 B."""
+    sim = _rows(True)
+    last = max(r.rank for r in sim.rows)
+    merges = [r for r in sim.rows if r.name == "pp.merge_outputs"]
+    assert {r.rank for r in merges} == {last}
+    (merge,) = merges
+    assert merge.end_s > merge.start_s
+    assert merge.mem == ((merge.start_s, 4 * LOGITS, "activations"), (merge.end_s, -4 * LOGITS, "activations"))
+    last_backward = max(r.end_s for r in sim.rows if r.rank == last and r.info is not None and r.info.phase == "bwd"
+                        and r.category == "compute")
+    optimizer_start = min(r.start_s for r in sim.rows if r.rank == last and r.name == "optimizer")
+    assert last_backward <= merge.start_s and merge.end_s <= optimizer_start
+    assert sim.result.memory[-1].peak_bytes >= 8 * LOGITS
+    assert not any(r.name == "pp.merge_outputs" for r in _rows(False).rows)
+
+
+def test_the_buffers_change_memory_and_time_only_by_the_merge():
+    """The buffers are zero-time markers; the only task they add is the last stage's merge
+    copy, so the step grows by at most its time; the last stage's peak grows (its logits pile
+    up until the step ends)."""
+    sim, off = _rows(True), _rows(False).result
+    on = sim.result
+    (merge,) = [r for r in sim.rows if r.name == "pp.merge_outputs"]
+    assert off.step_time_s <= on.step_time_s <= off.step_time_s + (merge.end_s - merge.start_s) + 1e-12
     assert on.memory[-1].peak_bytes > off.memory[-1].peak_bytes
 
 

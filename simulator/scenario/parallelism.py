@@ -169,8 +169,9 @@ class ParallelismSpec(Frozen):
     pp_microbatch_buffers: bool = Field(
         False, description="torch.distributed.pipelining (torchtitan): each pipeline stage owns a receive buffer per "
         "micro-batch for its input activations and one for its output gradients, allocated once and held, and keeps "
-        "every micro-batch's output (on the last stage its logits) until the step ends; false: received tensors "
-        "and outputs live only while their micro-batch is in flight (Megatron)")
+        "every micro-batch's output (on the last stage its logits) until the step ends, when the last stage "
+        "concatenates its outputs into one tensor (step()'s merged result); false: received tensors and outputs "
+        "live only while their micro-batch is in flight (Megatron)")
     tp_comm_overlap: bool = Field(
         False, description="Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): every TP all-gather "
         "and reduce-scatter pipelined with the GEMM it feeds or follows; needs sequence_parallel")

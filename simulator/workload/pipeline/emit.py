@@ -32,7 +32,18 @@ for its backward (the same storage), so while its micro-batch is in flight it is
 the block's stored activations and not again as a buffer. The stage's backward
 (``torch.autograd.backward`` with the input as a leaf) leaves the input gradient on the
 buffer's ``.grad``, cleared only by ``clear_runtime_states``: held, like the outputs, from
-the micro-batch's backward to the step's end.
+the micro-batch's backward to the step's end. When its micro-batches are done, the schedule's
+``step`` returns the last stage's outputs merged (``_merge_outputs(self._stage.output_chunks)``
+in ``PipelineScheduleSingle.step`` and ``PipelineScheduleMulti.step``,
+torch/distributed/pipelining/schedules.py; ``merge_chunks`` concatenates each tensor output
+along the batch dimension with ``torch.cat``, torch/distributed/pipelining/microbatch.py at
+pytorch/pytorch@001e746388a1b6ae3b9af08a2707ff82961cdb03; torch 2.13 the same, its
+``return_outputs`` defaulting to True): one new tensor of all ``m`` outputs, ``m`` logits,
+made while ``output_chunks`` still holds them. torchtitan drops it at once (``pp_schedule.step(
+target=labels, losses=losses)`` keeps no result, pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b
+train.py:287-292): a copy kernel after the last backward, its output allocated at its start and freed
+at its end (on Llama 3.1 405B at tp 8, 8 micro-batches of 32,768 tokens: 8 * 32768 * 128256 / 8
+* 2 B = 8,405,385,216 B).
 """
 
 from __future__ import annotations
@@ -88,10 +99,25 @@ class PipelineEmitter:
                 kept += self._forward(emit, action)
             else:
                 kept += self._backward(emit, action, last=(last_b[action.chunk] == i))
+        if self.buffers and any(c.logits for c in self.layout.chunks_of_stage(emit.stage)):
+            self._merge_outputs(emit)
         self.strategy.finish_rank(emit)
         if kept:
             emit.marker("pp.output_chunks.clear", [emit.last_compute], tuple(kept))
         emit.finished = True
+
+    def _merge_outputs(self, emit: RankEmitter[Any]) -> None:
+        """The last stage's ``step`` returns its micro-batches' outputs merged: one tensor of all
+        ``m`` logits, concatenated while ``output_chunks`` still holds them (module docstring),
+        and dropped at once by torchtitan; a copy kernel reading and writing it."""
+        merged = self.sc.micro_batches * self.logits_bytes
+        make = emit.emitter.memory_kernel
+        kernel = make("pp.merge_outputs", 2 * merged, merged / self.layers.shard.elem) if make is not None else None
+        if kernel is None or kernel.time_s <= 0:  # no time to hold it in: nothing to replay
+            return
+        emit.compute("pp.merge_outputs", kernel.time_s, [emit.last_compute],
+                     mem=(MemDelta(False, merged, "activations"), MemDelta(True, -merged, "activations")),
+                     info=TaskInfo(kernels=(kernel,)))
 
     def _recv_buffers(self, stage: int) -> tuple[MemDelta, ...]:
         """The receive buffers of a rank's stages, one allocation each (module docstring)."""
