@@ -117,7 +117,7 @@ def test_megatron_core_on_gpt3_changes_exactly_the_profile_fields():
                        "parallelism.zero.allgather_bucket_size", "parallelism.zero.bucketing",
                        "parallelism.zero.bucket_size_per_dp_rank", "parallelism.zero.grad_nan_check",
                        "parallelism.zero.grad_prescale", "training.grad_reduce_dtype",
-                       "training.attention_kernel", "training.cross_entropy"}
+                       "training.attention_kernel", "training.cross_entropy", "training.embedding_grad"}
     rows = {path: (value, source) for path, value, source in mcore.framework_settings()}
     assert rows == {
         "parallelism.zero.gradient_reduction": ("reduce_scatter", "scenario"),  # the file states it
@@ -132,6 +132,7 @@ def test_megatron_core_on_gpt3_changes_exactly_the_profile_fields():
         "training.grad_reduce_dtype": ("fp32-for-bf16", "megatron-core"),
         "training.attention_kernel": ("cudnn", "megatron-core"),
         "training.cross_entropy": ("megatron", "megatron-core"),
+        "training.embedding_grad": ("main-grad", "megatron-core"),
     }
     # the ddp block is not read by zero1: left at dtsim's defaults, and said so
     assert mcore.source_of("parallelism.ddp.overlap") == "default" and mcore.parallelism.ddp.overlap is True
@@ -148,7 +149,7 @@ def test_cli_summary_lists_the_framework_settings():
                           "--set", "parallelism.zero.reduce_bucket_size=50000000"],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "megatron-core: 12 setting(s) differ from generic" in out.stdout
+    assert "megatron-core: 13 setting(s) differ from generic" in out.stdout
     assert "parallelism.zero.overlap_comm = false (megatron-core)" in out.stdout
     assert "parallelism.zero.reduce_bucket_size = 50,000,000 elements (scenario)" in out.stdout
     assert "training.grad_reduce_dtype = fp32-for-bf16 (megatron-core)" in out.stdout

@@ -43,9 +43,11 @@ pytestmark = pytest.mark.slow
 # source: (MAPE ceiling, worst-record ceiling)
 THRESHOLDS = {
     "llm-foundry": (0.065, 0.245),
-    # megatron-core: 8.6% / 30.7% with Megatron's gradient-buffer passes (zeroing, per-bucket NaN norm and 1/dp
-    # scaling); the 32B row (tp 8, pp 1, dp 48) is the unstated micro-batch: +30.7% at 1, +11.0% at 2, +4.3% at 4
-    "megatron-core": (0.087, 0.310),
+    # megatron-core: 8.4% / 31.0% with Megatron's gradient-buffer passes (zeroing, per-bucket NaN norm and 1/dp
+    # scaling) and the embedding table's dense gradient added into the main gradient each micro-batch (1.7B
+    # -13.2% -> -11.5%, 7.1B -9.1% -> -8.3%, 32B +30.7% -> +31.0%); the 32B row (tp 8, pp 1, dp 48) is the
+    # unstated micro-batch: +31.0% at 1, about +11% at 2 and +4% at 4
+    "megatron-core": (0.085, 0.315),
     "megatron-sc21": (0.080, 0.120),
     "torchtitan": (0.075, 0.250),
     # mixture of experts (issue 15, open): 6 Megatron-Bridge H100 rows simulated, all on the analytical network

@@ -50,12 +50,38 @@ The loss (:func:`cross_entropy_bytes_per_element`, per element of the rank's ``T
   cast of the fp32 gradient it returns to the 16-bit logits' dtype (autograd casts a returned
   gradient to its input's dtype; 4 + e): ``e + 12``. The per-token gathers and all-reduces
   touch ``T`` values, not ``T x V``. fp32 logits skip both casts.
+
+The embedding table's gradient (:func:`embedding_grad_bytes_per_element`, per element of the
+rank's ``V/t x h`` table, each micro-batch; ``g`` the main gradient's bytes):
+
+* ``dense`` (every framework's ``nn.Embedding`` / ``F.embedding``): PyTorch's embedding backward
+  allocates the whole table's gradient zeroed, then writes the rows of the batch's tokens
+  (``embedding_backward_cuda_kernel``, ``at::zeros({num_weights, ...}, grad.options())``,
+  aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu at
+  pytorch/pytorch@01b9dc565e8cdd6fd13ad2ab8a80de76e192b880): ``e``. A tied output layer on the
+  same stage hands autograd a second gradient of the table, which it adds to the first before
+  the weight's accumulation (``accumulate``, ``old_var.add_(var)`` or ``old_var + var``: read two,
+  write one, torch/csrc/autograd/input_buffer.cpp at
+  pytorch/pytorch@4537ef6cfa516fa5b78089bc9efa0c3d5dff318b): ``3e`` more.
+* ``main-grad`` (Megatron-Core's DDP, at NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4):
+  the parameter's hook adds its ``.grad`` into the fp32 main gradient (``param.main_grad.add_``,
+  megatron/core/distributed/distributed_data_parallel.py:215-225): ``g + e + g``. The output
+  layer accumulates its own weight gradient straight into the main gradient
+  (``gradient_accumulation_fusion``, on by default: arguments.py:1163; tensor_parallel/layers.py:490-500)
+  and hands autograd a dummy of the table's size, ``torch.empty`` (no traffic) unless the table
+  is tied on the same stage, where it is ``torch.zeros`` (``zero_out_wgrad``, layers.py:503-522,
+  set by models/common/language_module/language_module.py:63-67) so that the hook may add the
+  sum: ``e`` more, beside the ``3e`` sum. Untied, or on a later pipeline stage, the output
+  weight's hook adds nothing (``grad_added_to_main_grad``).
+
+So per table element and micro-batch: dense ``e`` (``4e`` tied on the stage); main-grad
+``2e + 2g`` (``6e + 2g`` tied on the stage: 20 bytes for bf16 with fp32 main gradients).
 """
 
 from __future__ import annotations
 
 __all__ = ["rmsnorm_bytes_per_element", "swiglu_bytes_per_element", "rotary_bytes_per_element",
-           "cross_entropy_bytes_per_element", "EAGER_SAVED_FP32_BYTES"]
+           "cross_entropy_bytes_per_element", "embedding_grad_bytes_per_element", "EAGER_SAVED_FP32_BYTES"]
 
 EAGER_SAVED_FP32_BYTES = 4.0  # the fp32 copy eager RMSNorm keeps per element (see above)
 
@@ -83,3 +109,14 @@ def cross_entropy_bytes_per_element(act_bytes: float, impl: str) -> tuple[float,
         return cast + 32.0, cast + 8.0
     forward = act_bytes + 8.0
     return forward, 2 * forward
+
+
+def embedding_grad_bytes_per_element(act_bytes: float, impl: str, *, main_grad_bytes: float, tied_here: bool) -> float:
+    """HBM bytes per element of an embedding table's gradient each micro-batch (module docstring):
+    ``impl`` is ``training.embedding_grad``; ``tied_here``: the table is also the output layer's
+    weight on this pipeline stage; ``main_grad_bytes``: the main gradient's element (main-grad)."""
+    e = act_bytes
+    dense = e + (3.0 * e if tied_here else 0.0)
+    if impl == "dense":
+        return dense
+    return dense + e + 2.0 * main_grad_bytes + (e if tied_here else 0.0)

@@ -40,6 +40,11 @@ class TrainingSpec(Frozen):
         "the same memory, run op by op: float copy, max, subtract, exp, sum, divide; its backward a scale and the cast "
         "back) or eager-fp32 (cross_entropy(logits.float()) in eager PyTorch, torchtitan: the backward also holds two "
         "more fp32 tokens x vocab tensors)")
+    embedding_grad: Literal["dense", "main-grad"] = Field(
+        "dense", description="what the embedding table's gradient costs each micro-batch: dense (PyTorch's embedding "
+        "backward writes a zeroed vocab x hidden gradient, and a tied output layer's gradient is added to it) or "
+        "main-grad (Megatron's DDP then adds it into the fp32 main gradient, and a tied output layer on the same "
+        "stage hands autograd a zeroed dummy of the table's size: simulator/costs/elementwise.py)")
     flash_attention: bool = Field(True, description="fused attention that never stores the s x s scores")
     flash_attention_version: Literal[1, 2, 3, "triton"] = Field(
         2, description="fused-attention kernel (speed): 1 (FlashAttention, 2022), 2 (FlashAttention-2, default), "

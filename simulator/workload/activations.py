@@ -24,6 +24,7 @@ from simulator.costs.memory import (
     model_state_bytes_per_param,
 )
 from simulator.scenario.spec import Scenario
+from simulator.workload.data_parallel.base import grad_reduce_bytes
 from simulator.workload.model import Shard
 from simulator.workload.moe import imbalance_of
 from simulator.workload.parallel import context
@@ -70,7 +71,8 @@ def shard_of(scenario: Scenario) -> Shard:
     return Shard(batch=train.micro_batch, seq=scenario.model.seq_len, tp=par.tp, cp=par.cp,
                  sequence_parallel=par.sequence_parallel and par.tp > 1, precision=train.precision,
                  attention_kernel=scenario.attention_kernel, fp8=fp8_casting(scenario), compile=train.compile,
-                 cross_entropy=train.cross_entropy)
+                 cross_entropy=train.cross_entropy, embedding_grad=train.embedding_grad,
+                 main_grad_bytes=float(grad_reduce_bytes(scenario)), tied_here=par.pp == 1)
 
 
 def eager_saved_bytes(scenario: Scenario) -> float:

@@ -31,6 +31,7 @@ from simulator.costs.attention import AttentionShape
 from simulator.costs.dtypes import activation_bytes
 from simulator.costs.elementwise import (
     cross_entropy_bytes_per_element,
+    embedding_grad_bytes_per_element,
     rmsnorm_bytes_per_element,
     rotary_bytes_per_element,
     swiglu_bytes_per_element,
@@ -77,6 +78,9 @@ class Shard:
     fp8: Fp8Casting | None = None  # how the fp8 GEMMs cast (precision fp8 only)
     compile: bool | None = None  # training.compile: None = framework-fused kernels, True = Inductor, False = eager
     cross_entropy: str = "fused"  # training.cross_entropy: the loss's kernels (costs/elementwise.py)
+    embedding_grad: str = "dense"  # training.embedding_grad: the table gradient's passes (costs/elementwise.py)
+    main_grad_bytes: float = 4.0  # bytes of a main-gradient element (embedding_grad main-grad)
+    tied_here: bool = False  # the embedding table is also the output layer's weight on the same pipeline stage
 
     @property
     def flash(self) -> bool:
@@ -242,11 +246,22 @@ def block_backward(model: ModelSpec, shard: Shard) -> list[Kernel]:
 
 
 def embedding_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
-    """Token (and learned position) embedding lookup, dropout: memory bound."""
+    """Token (and learned position) embedding lookup, dropout: memory bound. Its backward moves
+    twice the forward's bytes plus the tables' dense gradients (the rank's ``V/t x h`` token table,
+    tied or not, and a learned ``s x h`` position table), per element
+    :func:`~simulator.costs.elementwise.embedding_grad_bytes_per_element`."""
     e, h = shard.elem, model.hidden
     T = shard.tokens
-    lookups = 2 if model.position_embedding == "learned" else 1
-    return [_memory("embedding", T * h * e * (lookups + 1) + (T * h if model.dropout else 0.0), "embed", (T, h))]
+    learned = model.position_embedding == "learned"
+    lookups = 2 if learned else 1
+    nbytes = T * h * e * (lookups + 1) + (T * h if model.dropout else 0.0)
+    per = embedding_grad_bytes_per_element(e, shard.embedding_grad, main_grad_bytes=shard.main_grad_bytes,
+                                           tied_here=shard.tied_here and model.tied_embeddings)
+    tables = model.vocab / shard.tp * h * per
+    if learned:
+        tables += model.seq_len * h * embedding_grad_bytes_per_element(
+            e, shard.embedding_grad, main_grad_bytes=shard.main_grad_bytes, tied_here=False)
+    return [Kernel("embedding", "memory", 0.0, nbytes, None, "embed", bwd_nbytes=2 * nbytes + tables, elements=(T, h))]
 
 
 def logits_forward(model: ModelSpec, shard: Shard) -> list[Kernel]:
