@@ -54,10 +54,20 @@ def is_moe_layer(moe_layers: MoeLayers, layer: int) -> bool:
 class MoeOptions(Frozen):
     """How tokens reach their experts (``parallelism.moe``)."""
 
-    dispatcher: Literal["alltoall", "allgather"] = Field(
+    dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
         "alltoall", description="alltoall: each token's hidden state goes to the EP ranks of its top-k experts and "
         "comes back (Megatron-Core MoEAlltoAllTokenDispatcher); allgather: every EP rank gathers all tokens and the "
-        "outputs are reduce-scattered back (MoEAllGatherTokenDispatcher)")
+        "outputs are reduce-scattered back (MoEAllGatherTokenDispatcher); deepep: DeepEP's normal kernels "
+        "(Megatron-Core --moe-token-dispatcher-type flex with the deepep backend) over the etp x ep group: each "
+        "token once per destination rank, across nodes once per node over RDMA to the same-index GPU and on by "
+        "NVLink")
+    fp8_dispatch: bool = Field(
+        False, description="deepep only: dispatch in fp8 with one fp32 scale per 128 elements (h + h/128 x 4 bytes "
+        "a token) and the backward's dispatch of gradients too; combines stay bf16 (DeepSeek-V3, arXiv:2412.19437 "
+        "§3.3.2)")
+    max_nodes_per_token: PositiveInt | None = Field(
+        None, description="deepep only: node-limited routing, each token's experts on at most this many nodes "
+        "(DeepSeek-V3: 4, arXiv:2412.19437 §2.1.2), which bounds its RDMA copies; null: no limit")
     overlap_ep_comm: bool = Field(
         False, description="run the dispatch and combine beside the shared experts' GEMMs (Megatron-Core "
         "--moe-shared-expert-overlap) instead of before and after them")
@@ -125,6 +135,13 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     if training.recompute == "selective-op":
         raise InfeasibleError("selective-op recomputation of MoE layers is not modelled: use none, selective or "
                               "full", field="training.recompute")
+    if par.moe.dispatcher != "deepep" and (par.moe.fp8_dispatch or par.moe.max_nodes_per_token is not None):
+        raise InfeasibleError("fp8_dispatch and max_nodes_per_token apply to the deepep dispatcher only",
+                              field="parallelism.moe.fp8_dispatch" if par.moe.fp8_dispatch
+                              else "parallelism.moe.max_nodes_per_token")
+    if par.moe.dispatcher == "deepep" and par.ep * etp == 1:
+        raise InfeasibleError("the deepep dispatcher needs ep x etp > 1 (Megatron-Core asserts it, token_dispatcher.py:"
+                              "1836 at d98e8a6)", field="parallelism.moe.dispatcher")
     if model.experts % par.ep:
         raise InfeasibleError(f"ep={par.ep} does not divide model.experts={model.experts}", field="parallelism.ep")
     if per_stage % (par.ep * etp):

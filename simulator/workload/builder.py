@@ -89,7 +89,7 @@ class Workload:
         rep = self.mesh.stage_representatives[0]
         groups = {axis: self.mesh.group(rep, axis) for axis in ("tp", "cp", "ep", "etp", "tp_ep")}
         self.layers = LayerEmitter(sc, self.layout, self.profile, fuse_layers=fuse,
-                                   comm_time=self.comm_time or (lambda op, group, nbytes: CommCost(0.0)), groups=groups,
+                                   comm_time=self.comm_time or (lambda op, group, nbytes, algorithm: CommCost(0.0)), groups=groups,
                                    overlap_slowdown=self.overlap_slowdown, join_group=self.mesh.group,
                                    symmetric=self.symmetry.enabled)
 

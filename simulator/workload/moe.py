@@ -70,6 +70,8 @@ class MoeShape:
     factor: float  # busiest EP rank's routed tokens over the balanced share
     dispatcher: str
     overlap: bool
+    fp8_dispatch: bool = False  # deepep: dispatch-direction transfers in fp8 with scales
+    max_nodes: int | None = None  # deepep: node-limited routing
 
 
 def imbalance_of(scenario: Scenario, seed: int | None = None) -> RoutingImbalance:
@@ -101,7 +103,8 @@ def _imbalance(experts: int, ep: int, tokens: float, top_k: int, skew: float, se
 
 def moe_shape(scenario: Scenario) -> MoeShape:
     par = scenario.parallelism
-    return MoeShape(par.ep, par.expert_tp, imbalance_of(scenario).factor, par.moe.dispatcher, par.moe.overlap_ep_comm)
+    return MoeShape(par.ep, par.expert_tp, imbalance_of(scenario).factor, par.moe.dispatcher, par.moe.overlap_ep_comm,
+                    par.moe.fp8_dispatch, par.moe.max_nodes_per_token)
 
 
 def moe_mlp_forward(model: ModelSpec, shard: Shard, moe: MoeShape) -> list[Kernel]:

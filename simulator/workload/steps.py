@@ -48,6 +48,7 @@ class CommStep:
     nbytes: float
     overlap: bool = False  # runs concurrently with the next compute step
     axis: str = "tp"  # the mesh group: tp, cp (context parallelism's key/value exchange) or ep (MoE dispatch)
+    algorithm: str | None = None  # a forced algorithm (DeepEP's dispatch / combine); None: NCCL's choice
 
 
 Step = ComputeStep | CommStep
