@@ -116,7 +116,7 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     tp x cp x dp = world / pp; etp defaults to tp (parallel_state.py:871-872)."""
     etp, per_stage = par.expert_tp, world_size // par.pp
     if model.mla is not None:
-        unsupported = [(par.tp > 1, "tp > 1", "parallelism.tp"), (par.cp > 1, "cp > 1", "parallelism.cp"),
+        unsupported = [(par.cp > 1, "cp > 1", "parallelism.cp"),
                        (training.precision == "fp8", "fp8", "training.precision"),
                        (training.recompute == "selective-op", "selective-op", "training.recompute"),
                        (model.bias, "bias", "model.bias")]
@@ -173,12 +173,15 @@ class MlaSpec(Frozen):
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
-    def projection_params(self, hidden: int, heads: int) -> tuple[int, int]:
-        """(query, key/value) projection parameters of one layer: W_DQ [h, r_q] + its RMSNorm r_q +
-        W_UQ [r_q, H*(nope+rope)] (or W_Q [h, H*(nope+rope)]); W_DKV [h, r_kv + rope] + its RMSNorm
-        r_kv + W_UKV [r_kv, H*(nope+v)]."""
+    def projection_params(self, hidden: int, heads: int, tp: int = 1) -> tuple[int, int]:
+        """(query, key/value) projection parameters of one layer on one of ``tp`` tensor-parallel
+        ranks: W_DQ [h, r_q] + its RMSNorm r_q + W_UQ [r_q, H*(nope+rope)] / tp (or W_Q [h,
+        H*(nope+rope)] / tp); W_DKV [h, r_kv + rope] + its RMSNorm r_kv + W_UKV [r_kv, H*(nope+v)]
+        / tp. The down-projections and norms are replicated on every TP rank, the
+        up-projections split by heads (Megatron-Core MLASelfAttention, workload/mla.py)."""
         qk = heads * self.qk_head_dim
-        q = hidden * qk if self.q_lora_rank is None else hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qk
+        q = (hidden * qk // tp if self.q_lora_rank is None
+             else hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qk // tp)
         kv = (hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-              + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+              + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim) // tp)
         return q, kv
