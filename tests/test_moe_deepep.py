@@ -16,12 +16,13 @@ import math
 
 import pytest
 
+import simulator
 from simulator.cli.schema import json_schema_of
 from simulator.cluster import Router, build_cluster
 from simulator.cluster.collective_algorithms import deepep_algorithm
 from simulator.cluster.collectives import CollectivePlanner
 from simulator.costs.moe import deepep_fanout, deepep_token_bytes, hit_probability
-from simulator.errors import InfeasibleError
+from simulator.errors import InfeasibleError, ScenarioError
 from simulator.run import simulate_collective
 from simulator.scenario import ClusterSpec
 from simulator.scenario.spec import Scenario
@@ -29,6 +30,7 @@ from simulator.workload.activations import shard_of
 from simulator.workload.moe import moe_shape
 from simulator.workload.parallel import layer_steps
 from simulator.workload.steps import CommStep, LayerSpec
+from tests.test_moe import MIXTRAL
 
 NVLINK_BPS = 200e9 * 0.822  # H800 NVLink one direction x nccl_efficiency (topologies/gpus.yaml)
 IB_BPS = 50e9 * 0.90  # 400 Gb/s NDR x InfiniBand efficiency (topologies/transports.yaml)
@@ -147,3 +149,19 @@ def test_schema_offers_deepep() -> None:
     """`dtsim schema` lists the dispatcher and its two options."""
     text = str(json_schema_of("scenario"))
     assert "'deepep'" in text and "fp8_dispatch" in text and "max_nodes_per_token" in text
+
+
+def test_deepep_across_nodes_needs_infiniband() -> None:
+    """Mixtral (8 experts, top-2) with ep 8 x pp 2 on 2 p5.48xlarge: pp sits inside dp, so a
+    stage's ranks, and its ep group, are 0, 2, ..., 14 on both nodes, whose NICs speak EFA; DeepEP's
+    internode kernels need InfiniBand RDMA, so the run is refused naming the dispatcher, and the
+    collective alone cannot run there either."""
+    sc = Scenario.model_validate({"model": MIXTRAL, "cluster": {"node": "p5.48xlarge", "nodes": 2},
+                                  "parallelism": {"pp": 2, "ep": 8, "sharding": "zero1",
+                                                  "moe": {"dispatcher": "deepep"}},
+                                  "training": {"global_batch": 32, "micro_batch": 1}})
+    with pytest.raises(ScenarioError) as err:
+        simulator.simulate(sc)
+    assert getattr(err.value, "field", None) == "parallelism.moe.dispatcher"
+    with pytest.raises(ValueError, match="InfiniBand"):
+        simulate_collective({"node": "p5.48xlarge", "nodes": 2}, "all_to_all", 1e6, "deepep")

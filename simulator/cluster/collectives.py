@@ -91,8 +91,12 @@ class CollectivePlanner:
         NVLS needs NVLink SHARP in an NVSwitch node (dtsim models it inside one node, more
         than two GPUs) and all-reduce; the others raise from their planner when they do not apply."""
         node = self.cluster.node_type
-        if algorithm.split("/")[0] == "deepep" and op != "all_to_all":
-            return f"deepep (DeepEP's dispatch / combine) implements all_to_all, not {op}"
+        if algorithm.split("/")[0] == "deepep":
+            if op != "all_to_all":
+                return f"deepep (DeepEP's dispatch / combine) implements all_to_all, not {op}"
+            if len(self.by_node(gpus)) > 1 and self.cluster.transport_kind != "infiniband":
+                return (f"DeepEP's internode kernels need InfiniBand RDMA (NVSHMEM; DeepEP README 'Network "
+                        f"configurations'), and {node.name}'s NICs speak {self.cluster.transport_kind}")
         if algorithm == "ring" and op not in ("all_reduce", "all_gather", "reduce_scatter"):
             return f"dtsim's ring implements all_reduce, all_gather and reduce_scatter, not {op}"
         if algorithm == "chain" and op != "broadcast":
