@@ -32,7 +32,7 @@ from simulator.workload.parallel import layer_steps
 from simulator.workload.steps import CommStep, LayerSpec
 from tests.test_moe import MIXTRAL
 
-NVLINK_BPS = 200e9 * 0.822  # H800 NVLink one direction x nccl_efficiency (topologies/gpus.yaml)
+NVLINK_BPS = 200e9 * 0.68  # H800 NVLink one direction x DeepEP's measured efficiency (topologies/gpus.yaml)
 IB_BPS = 50e9 * 0.90  # 400 Gb/s NDR x InfiniBand efficiency (topologies/transports.yaml)
 
 
@@ -66,11 +66,13 @@ def test_fanout_uniform_and_node_limited() -> None:
 def test_two_hop_flows_go_to_the_same_index_gpu() -> None:
     """Plain deepep over GPUs 0, 1 (node 0) and 8, 9 (node 1), D what a rank sends: 0 -> 1 carries
     D/4 over NVLink, 0 -> 8 (local index 0 on node 1) the node's g/n = 2/4 over RDMA, 8 forwards
-    D/4 to 9; nothing goes 0 -> 9 directly."""
+    D/4 to 9; nothing goes 0 -> 9 directly. NVLink hops weigh 0.822 / 0.68 per byte (the links
+    carry NCCL's efficiency, DeepEP reaches its own)."""
     c = build_cluster(ClusterSpec.model_validate({"node": "dgx-h800", "nodes": 2}))
     plan = CollectivePlanner(c, Router(c)).plan("all_to_all", "deepep", (0, 1, 8, 9))
     flows = {(f.src, f.dst): f.weight for f in plan.phases[0].flows if f.src == 0 or f.dst == 9}
-    assert flows[(0, 1)] == 0.25 and flows[(0, 8)] == 0.5 and flows[(8, 9)] == 0.25
+    nv = 0.822 / 0.68
+    assert flows[(0, 1)] == pytest.approx(0.25 * nv) and flows[(0, 8)] == 0.5 and flows[(8, 9)] == pytest.approx(0.25 * nv)
     assert (0, 9) not in flows and len(plan.phases) == 1
 
 
@@ -88,18 +90,18 @@ def test_two_nodes_are_nvlink_bound() -> None:
     """EP 16 on 2 DGX H800, 256 experts, top-8, no node limit: P(rank) = 1 - prod (240-i)/(256-i)
     = 0.4078, P(node) = 1 - prod (128-i)/(256-i) = 0.9966. A GPU's NVLink port sends 7 x P(rank) x
     D to its node and forwards 7 x P(rank) x D for the same-index GPU of the other node: 14 x
-    0.4078 x D / 164.4 GB/s = 1.052 ms; its NIC sends 0.9966 x D / 45 GB/s = 0.671 ms. NVLink sets
-    the pace."""
+    0.4077 x D / (200 GB/s x 0.68, DeepEP's NVLink efficiency) = 1.271 ms; its NIC sends 0.9966 x D /
+    45 GB/s = 0.671 ms. NVLink sets the pace."""
     p_rank, p_node = 1 - _miss(256, 16, 8), 1 - _miss(256, 128, 8)
     nvlink, nic = 14 * p_rank * D / NVLINK_BPS, p_node * D / IB_BPS
-    assert nvlink == pytest.approx(1.052e-3, rel=1e-3) and nic < nvlink
+    assert nvlink == pytest.approx(1.271e-3, rel=1e-3) and nic < nvlink
     assert _bandwidth_s(2, deepep_algorithm(256, 8, None), D) == pytest.approx(nvlink, rel=1e-6)
 
 
 def test_eight_nodes_node_limited_are_rdma_bound() -> None:
     """EP 64 on 8 DGX H800, at most 4 nodes a token: each GPU's NIC sends P(node) x D to each of
     the 7 other nodes, 7 x 0.4536 x D / 45 GB/s = 2.137 ms; its NVLink port 7 x P(rank) x D local
-    plus 7 x 7 x P(rank) x D forwarded = 56 x 0.1150 x D / 164.4 GB/s = 1.186 ms. RDMA sets the pace.
+    plus 7 x 7 x P(rank) x D forwarded = 56 x 0.1150 x D / 136 GB/s = 1.434 ms. RDMA sets the pace.
     Logical bandwidth as DeepEP's test counts it (each token once per node, the own node too):
     8 x 0.4536 x D / 2.137 ms = 8/7 x 45 GB/s = 51.4 GB/s, beside the README's 51 GB/s (dispatch, EP 64)."""
     p_rank, p_node = 0.5 * (1 - _miss(128, 4, 8)), 0.5 * (1 - _miss(128, 32, 8))
@@ -165,3 +167,15 @@ def test_deepep_across_nodes_needs_infiniband() -> None:
     assert getattr(err.value, "field", None) == "parallelism.moe.dispatcher"
     with pytest.raises(ValueError, match="InfiniBand"):
         simulate_collective({"node": "p5.48xlarge", "nodes": 2}, "all_to_all", 1e6, "deepep")
+
+
+def test_one_node_reproduces_the_intranode_row_it_was_fitted_on() -> None:
+    """EP 8 on one DGX H800 (the README's intranode row, which nvlink.deepep_efficiency 0.68 comes
+    from): each GPU's NVLink port sends 7 x P(rank) x D, P(rank) = 0.6618, at 200 x 0.68 = 136 GB/s:
+    7 x 0.6618 x D / 136 GB/s = 1.031 ms. Counted as DeepEP's test counts it (every received token,
+    the own rank's too): 8 x 0.6618 x D / t = 8/7 x 136 = 155.4 GB/s, between the README's 153
+    (dispatch) and 158 (combine)."""
+    p_rank = 1 - _miss(256, 32, 8)
+    t = _bandwidth_s(1, deepep_algorithm(256, 8, None), D)
+    assert t == pytest.approx(7 * p_rank * D / NVLINK_BPS, rel=1e-6) and t == pytest.approx(1.031e-3, rel=1e-3)
+    assert 8 * p_rank * D / t / 1e9 == pytest.approx(155.4, abs=0.05)

@@ -225,7 +225,9 @@ def plan_deepep(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group,
     (chunked), so both hops share one phase. Plain ``deepep``: D is what a rank sends, D/n to
     every member (node share g/n over RDMA); with ``routing`` (experts, top-k, node limit), D
     is the rank's tokens once and each member / node receives D times the chance a token
-    reaches it (:func:`simulator.costs.moe.deepep_fanout`)."""
+    reaches it (:func:`simulator.costs.moe.deepep_fanout`). The NVLink hops run at the GPU's
+    measured ``nvlink.deepep_efficiency`` of line rate where it has one (H800): their weights
+    are scaled by nccl_efficiency / deepep_efficiency, since the links carry NCCL's."""
     if op != "all_to_all":
         raise ValueError(f"deepep implements all_to_all, not {op}")
     ppn = p.uniform(nodes)
@@ -233,6 +235,9 @@ def plan_deepep(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group,
         raise ValueError("deepep needs the same number of group members on every node (its RDMA peer has the "
                          "sender's local index)")
     n, k = len(gpus), len(nodes)
+    nvlink = p.cluster.gpu.nvlink
+    # DeepEP's NVLink hops reach their own measured fraction of line rate, the links NCCL's
+    nv = nvlink.nccl_efficiency / nvlink.deepep_efficiency if nvlink and nvlink.deepep_efficiency else 1.0
     if routing is None:
         to_rank, to_node = 1.0 / n, ppn / n
     else:
@@ -243,11 +248,11 @@ def plan_deepep(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group,
         for i, a in enumerate(members):
             for other, dests in nodes.items():
                 if other == node:
-                    flows += [Flow(a, b, to_rank) for b in dests if b != a]
+                    flows += [Flow(a, b, to_rank * nv) for b in dests if b != a]
                     continue
                 peer = dests[i]
                 flows.append(Flow(a, peer, to_node))
-                flows += [Flow(peer, b, to_rank) for b in dests if b != peer]
+                flows += [Flow(peer, b, to_rank * nv) for b in dests if b != peer]
     return [p.phase(flows, steps=1, inter_steps=1 if k > 1 else 0, ppn=ppn, nodes=k)]
 
 
