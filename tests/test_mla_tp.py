@@ -133,3 +133,15 @@ def test_every_kernel_lands_in_one_step(sp: bool, overlap: bool) -> None:
         steps = layer_steps(LayerSpec(sc.model, shard_of(sc), "block", phase, comm_overlap=overlap))
         got = sorted(k.name for s in steps if isinstance(s, ComputeStep) for k in s.kernels)
         assert got == expected
+
+
+def test_replicated_gradients_are_all_reduced_over_tp_under_sequence_parallelism() -> None:
+    """Under SP each TP rank's down-projections see half the tokens, so Megatron-Core all-reduces
+    their gradients over tp at the step's end (finalize_model_grads): 4 layers x (7168*1536 + 1536 +
+    7168*576 + 512 = 15,140,864) x 2 B (bf16 gradients) = 121,126,912 B, once a step. Without SP no
+    such all-reduce."""
+    assert 7168 * 1536 + 1536 + 7168 * 576 + 512 == 15_140_864
+    sims = {sp: simulator.run_simulation(_scenario(DENSE_MLA, sp=sp)) for sp in (True, False)}
+    found = [r.comm.nbytes for r in sims[True].rows if r.rank == 0 and r.name == "tp.replicated_grads"]
+    assert found == [4 * 15_140_864 * 2]
+    assert not [r for r in sims[False].rows if r.name == "tp.replicated_grads"]

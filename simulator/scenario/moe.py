@@ -173,6 +173,12 @@ class MlaSpec(Frozen):
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
+    def replicated_params(self, hidden: int) -> int:
+        """Parameters of one layer every TP rank holds whole: the down-projections W_DQ [h, r_q] and
+        W_DKV [h, r_kv + rope] and the latents' norms r_q + r_kv (Megatron-Core duplicates them)."""
+        q = 0 if self.q_lora_rank is None else hidden * self.q_lora_rank + self.q_lora_rank
+        return q + hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+
     def projection_params(self, hidden: int, heads: int, tp: int = 1) -> tuple[int, int]:
         """(query, key/value) projection parameters of one layer on one of ``tp`` tensor-parallel
         ranks: W_DQ [h, r_q] + its RMSNorm r_q + W_UQ [r_q, H*(nope+rope)] / tp (or W_Q [h,

@@ -22,8 +22,9 @@ causal half, looked up in the kernel tables at head dim d_qk), and the row-paral
 projection [T, H/t*d_v] x [H/t*d_v, h] ends in the dense block's all-reduce / reduce-scatter.
 The norms of the two latents (fused into the up-projections in the TE spec, replicated) are
 left out of the kernels (T x r elements each, small beside the GEMMs) and counted in the
-parameters. Not modelled: the all-reduce over tp of the replicated down-projections' and
-norms' gradients under sequence parallelism (finalize_model_grads.py:416-470, once a step).
+parameters. Under sequence parallelism the replicated down-projections' and norms' gradients
+are all-reduced over tp once a step (finalize_model_grads.py:416-470; emitted with the
+tied-embedding sync, :meth:`simulator.workload.data_parallel.base.Strategy.end_of_backward`).
 Activation memory keeps the MHA formula.
 """
 
