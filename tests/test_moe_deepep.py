@@ -179,3 +179,37 @@ def test_one_node_reproduces_the_intranode_row_it_was_fitted_on() -> None:
     t = _bandwidth_s(1, deepep_algorithm(256, 8, None), D)
     assert t == pytest.approx(7 * p_rank * D / NVLINK_BPS, rel=1e-6) and t == pytest.approx(1.031e-3, rel=1e-3)
     assert 8 * p_rank * D / t / 1e9 == pytest.approx(155.4, abs=0.05)
+
+
+def _beside(comms: list[tuple[str, float, float, float | None]], slowdown: float) -> dict[str, tuple[float, float]]:
+    """A 10 ms kernel on rank 0 beside collectives (axis, ms, start_ms, own slowdown) of rank 0,
+    each gated to start at start_ms (tests/test_engine_core.py's harness)."""
+    from dataclasses import replace as _replace
+
+    from simulator.ir import ProgramBuilder
+    from tests.test_engine_core import _op, _run
+
+    pb = ProgramBuilder()
+    pb.add(0, "compute", "kernel", "compute", duration_s=10e-3)
+    for i, (axis, ms, after, own) in enumerate(comms):
+        op = _replace(_op(axis, ms, group=(0, 9)), sm_slowdown=own)
+        pb.add(0, axis, f"{axis}{i}", axis, comm=op, join=i)
+        gate = pb.add(9, f"gate{i}", f"gate{i}", "compute", duration_s=after * 1e-3)
+        pb.add(9, axis, f"{axis}{i}.peer", axis, comm=op, join=i, deps=[gate])
+    log, _ = _run(pb, slowdown=slowdown)
+    return {name: (start, end) for name, start, end in log}
+
+
+def test_deepep_slows_compute_by_its_own_sms() -> None:
+    """DeepEP holds 20 of the H800's 132 SMs: compute beside it runs at 112/132, slowdown 132/112 - 1
+    = 0.17857. A 10 ms kernel inside a 20 ms dispatch takes 11.786 ms, with the run's NCCL slowdown
+    at 0.25 or at 0 alike. Beside an NCCL all-reduce too ([0, 4] ms, 0.25) the larger applies: 4 x
+    0.8 = 3.2 ms of work by 4 ms, the other 6.8 ms at 1/1.17857: ends at 4 + 6.8 x 1.17857 = 12.014 ms."""
+    s = 132 / 112 - 1
+    sc = _scenario()
+    assert moe_shape(sc).sm_slowdown == pytest.approx(s)
+    assert _beside([("tp", 20.0, 0.0, s)], 0.25)["kernel"][1] == pytest.approx(11.786, abs=1e-3)
+    assert _beside([("tp", 20.0, 0.0, s)], 0.0)["kernel"][1] == pytest.approx(11.786, abs=1e-3)
+    assert _beside([("tp", 20.0, 0.0, s), ("dp", 4.0, 0.0, None)], 0.25)["kernel"][1] == pytest.approx(
+        4 + 6.8 * (1 + s), abs=1e-6)
+    assert _beside([("dp", 20.0, 0.0, None)], 0.25)["kernel"][1] == pytest.approx(12.5)  # NCCL's alone: unchanged

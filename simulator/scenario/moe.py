@@ -65,6 +65,11 @@ class MoeOptions(Frozen):
         False, description="deepep only: dispatch in fp8 with one fp32 scale per 128 elements (h + h/128 x 4 bytes "
         "a token) and the backward's dispatch of gradients too; combines stay bf16 (DeepSeek-V3, arXiv:2412.19437 "
         "§3.3.2)")
+    deepep_sms: PositiveInt = Field(
+        20, description="deepep only: SMs DeepEP's kernels take while dispatch or combine runs (Megatron-Core "
+        "--moe-flex-dispatcher-num-sms, default 20, token_dispatcher.py:1287-1292 at d98e8a6; DeepSeek-V3 20 of the "
+        "H800's 132, arXiv:2412.19437 §3.5.1); compute beside it runs at (SMs - deepep_sms) / SMs of its speed "
+        "where the GPU's SM count is known, else with sim.overlap_slowdown")
     max_nodes_per_token: PositiveInt | None = Field(
         None, description="deepep only: node-limited routing, each token's experts on at most this many nodes "
         "(DeepSeek-V3: 4, arXiv:2412.19437 §2.1.2), which bounds its RDMA copies; null: no limit")

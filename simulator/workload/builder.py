@@ -47,8 +47,12 @@ CUDA_CONTEXT_BYTES = 1.0 * GiB
 
 def _check_deepep(sc: Scenario, group: tuple[int, ...], gpus_per_node: int) -> None:
     """DeepEP's internode kernels run over InfiniBand RDMA (NVSHMEM; DeepEP README "Network
-    configurations": fully tested with InfiniBand): an etp x ep group across nodes needs it."""
-    transport = sc.cluster.node_type.nics.transport
+    configurations": fully tested with InfiniBand): an etp x ep group across nodes needs it; its
+    SMs must leave some to compute."""
+    transport, sms = sc.cluster.node_type.nics.transport, sc.cluster.gpu_spec.sm_count
+    if sms and sc.parallelism.moe.deepep_sms >= sms:
+        raise InfeasibleError(f"deepep_sms={sc.parallelism.moe.deepep_sms} leaves none of the "
+                              f"{sc.cluster.gpu_spec.name}'s {sms} SMs to compute", field="parallelism.moe.deepep_sms")
     if len({r // gpus_per_node for r in group}) > 1 and transport != "infiniband":
         raise InfeasibleError(f"the deepep dispatcher's etp x ep group {group[:4]}... spans nodes, and DeepEP's "
                               f"internode kernels need InfiniBand RDMA; {sc.cluster.node_type.name}'s NICs speak "

@@ -17,13 +17,17 @@ top-k, f the imbalance factor, h the hidden size and e the activation bytes:
   (:func:`simulator.costs.moe.deepep_token_bytes`: fp8 with scales in the dispatch direction
   when ``fp8_dispatch``, the forward dispatch and the backward's dispatch of output gradients;
   bf16 combines, arXiv:2412.19437 §3.3.2), run as the ``deepep`` algorithm, which sends each
-  token once per destination rank and node (:func:`simulator.cluster.collective_algorithms.plan_deepep`);
+  token once per destination rank and node (:func:`simulator.cluster.collective_algorithms.plan_deepep`),
+  and taking ``deepep_sms`` of the GPU's SMs from compute beside it
+  (:func:`simulator.workload.moe.deepep_slowdown`);
 * shared experts under tp > 1: all-gather of the input and reduce-scatter of the output over
   ``tp`` (``b*s/cp x h x e`` gathered), as the dense MLP; in the backward the dense MLP's
   gradient all-gather, input re-gather and input-gradient reduce-scatter.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from simulator.cluster.collective_algorithms import deepep_algorithm
 from simulator.costs.moe import deepep_token_bytes, dispatch_bytes_per_token
@@ -83,8 +87,9 @@ def _exchange(spec: LayerSpec) -> tuple[list[CommStep], list[CommStep]]:
         out = tokens * deepep_token_bytes(model.hidden, moe.fp8_dispatch, shard.elem) * moe.factor
         back = tokens * deepep_token_bytes(model.hidden, False, shard.elem) * moe.factor
         dispatch, combine = (out, back) if spec.phase == "fwd" else (back, out)
-        return ([CommStep("dispatch", "all_to_all", dispatch, axis="tp_ep", algorithm=algorithm)],
-                [CommStep("combine", "all_to_all", combine, axis="tp_ep", algorithm=algorithm)])
+        slow = moe.sm_slowdown
+        return ([CommStep("dispatch", "all_to_all", dispatch, axis="tp_ep", algorithm=algorithm, sm_slowdown=slow)],
+                [CommStep("combine", "all_to_all", combine, axis="tp_ep", algorithm=algorithm, sm_slowdown=slow)])
     if moe.dispatcher == "allgather":
         if moe.ep * moe.etp == 1:
             return [], []
@@ -112,8 +117,7 @@ def _forward(spec: LayerSpec, shared: tuple[Kernel, ...], experts: tuple[Kernel,
     if tp_shared:
         out.append(CommStep("tp.ag.shared", "all_gather", d))
     if first and shared and moe.overlap:  # the first exchange step runs beside the shared experts
-        first[0] = CommStep(first[0].name, first[0].op, first[0].nbytes, overlap=True, axis=first[0].axis,
-                            algorithm=first[0].algorithm)
+        first[0] = replace(first[0], overlap=True)
         out += [first[0], ComputeStep("shared_experts", shared)]
         first = first[1:]
     elif shared:
@@ -132,8 +136,8 @@ def _backward(spec: LayerSpec, shared: tuple[Kernel, ...], experts: tuple[Kernel
     # each collective's backward: an all-gather's is a reduce-scatter and vice versa, an all-to-all's an all-to-all
     name = {"dispatch": "dispatch.bwd", "combine": "combine.bwd", "etp.ag": "etp.rs.bwd", "etp.rs": "etp.ag.bwd"}
     inverse = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "all_to_all": "all_to_all"}
-    first = [CommStep(name[c.name], inverse[c.op], c.nbytes, axis=c.axis, algorithm=c.algorithm) for c in reversed(fwd_last)]
-    last = [CommStep(name[c.name], inverse[c.op], c.nbytes, axis=c.axis, algorithm=c.algorithm) for c in reversed(fwd_first)]
+    first = [replace(c, name=name[c.name], op=inverse[c.op]) for c in reversed(fwd_last)]
+    last = [replace(c, name=name[c.name], op=inverse[c.op]) for c in reversed(fwd_first)]
     out: list[Step] = [*first, ComputeStep("experts.bwd", experts), *last]
     if not shared:
         return out
