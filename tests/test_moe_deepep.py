@@ -213,3 +213,20 @@ def test_deepep_slows_compute_by_its_own_sms() -> None:
     assert _beside([("tp", 20.0, 0.0, s), ("dp", 4.0, 0.0, None)], 0.25)["kernel"][1] == pytest.approx(
         4 + 6.8 * (1 + s), abs=1e-6)
     assert _beside([("dp", 20.0, 0.0, None)], 0.25)["kernel"][1] == pytest.approx(12.5)  # NCCL's alone: unchanged
+
+
+@pytest.mark.parametrize("dispatcher", ["deepep", "allgather"])
+def test_moe_summary_counts_the_etp_ep_group_exchange(dispatcher: str) -> None:
+    """The deepep and allgather dispatchers exchange tokens over the etp x ep group (tasks on the
+    tp_ep stream): Result.moe.all_to_all_s is their time on the summarised rank (it read 0 s before)."""
+    sc = Scenario.model_validate({
+        "model": {**MIXTRAL, "layers": 2}, "cluster": {"node": "dgx-h800", "nodes": 1},
+        "parallelism": {"pp": 1, "ep": 8, "sharding": "zero1", "moe": {"dispatcher": dispatcher}},
+        "training": {"micro_batch": 1, "global_batch": 8}})
+    sim = simulator.run_simulation(sc)
+    per_rank: dict[int, float] = {}
+    for r in sim.rows:
+        if r.stream == "tp_ep":
+            per_rank[r.rank] = per_rank.get(r.rank, 0.0) + r.duration_s
+    assert sim.result.moe is not None and sim.result.moe.all_to_all_s > 0
+    assert sim.result.moe.all_to_all_s == pytest.approx(max(per_rank.values()))
