@@ -63,6 +63,7 @@ class CommOp:
     instances: tuple[tuple[int, ...], ...] = ()
     algorithm: str | None = None  # None: NCCL-like choice by size and topology
     count: int = 1  # back-to-back repeats of the same collective (e.g. DDP buckets ready together)
+    sm_slowdown: float | None = None  # compute slowdown beside it, its own (DeepEP's SMs); None: the run's
 
     def all_instances(self) -> tuple[tuple[int, ...], ...]:
         return self.instances or (self.group,)

@@ -97,12 +97,13 @@ def _run(scenario: Scenario, record_series: bool) -> Simulation:
     symmetric = scenario.sim.symmetry == "auto"
     model = nccl_model(cluster.nccl)
 
-    def comm_time(op: str, group: tuple[int, ...], nbytes: float) -> CommCost:
+    def comm_time(op: str, group: tuple[int, ...], nbytes: float, algorithm: str | None = None) -> CommCost:
         """A collective alone on its links: what a private (unshared) collective costs, and the
-        algorithm and protocol NCCL's tuner would pick for it."""
+        algorithm (the forced one, else NCCL's tuner's) and protocol it runs with."""
         if len(group) <= 1 or nbytes <= 0:
             return CommCost(0.0)
-        shapes = [planner.plan(op, a, group).shape(cluster) for a in planner.candidates(op, group)]
+        algos = [algorithm] if algorithm else planner.candidates(op, group)
+        shapes = [planner.plan(op, a, group).shape(cluster) for a in algos]
         choice = choose_algorithm(model, shapes, nbytes)
         return CommCost(choice.time_s, choice.shape.algorithm, choice.protocol)
 
@@ -150,7 +151,7 @@ def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result
     experts_of: dict[int, float] = {}
     a2a_of: dict[int, float] = {}
     for r in rows:
-        if r.stream == "ep":
+        if r.stream in ("ep", "tp_ep"):  # the all-to-alls, or the allgather / deepep dispatcher's exchange
             a2a_of[r.rank] = a2a_of.get(r.rank, 0.0) + r.duration_s
         elif r.name.endswith((".experts", ".experts.bwd")):
             experts_of[r.rank] = experts_of.get(r.rank, 0.0) + r.duration_s

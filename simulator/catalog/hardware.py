@@ -57,6 +57,9 @@ class NvlinkSpec(Frozen):
     bandwidth_bytes_per_s: Rate = Field(alias="bandwidth", description="one direction, all links of one GPU")
     nccl_efficiency: Fraction = Field(description="bus bandwidth NCCL reaches / line rate, large ring collectives")
     nvls: bool = Field(False, description="NVLink SHARP (in-switch reduction) supported")
+    deepep_efficiency: Fraction | None = Field(
+        None, description="bandwidth DeepEP's normal dispatch / combine kernels reach over NVLink / line rate, "
+        "measured (null: as nccl_efficiency)")
 
 
 class GpuSpec(Frozen):

@@ -19,8 +19,10 @@ from typing import Protocol
 from simulator.cluster.collective_plan import Flow, PhasePlan
 from simulator.cluster.graph import ClusterGraph
 from simulator.costs.collectives import NcclModel, ring_steps, wire_factor
+from simulator.costs.moe import deepep_fanout
 
-__all__ = ["ALGORITHMS", "AlgorithmPlanner", "PlannerView", "register_algorithm", "ring_factor"]
+__all__ = ["ALGORITHMS", "AlgorithmPlanner", "PlannerView", "register_algorithm", "ring_factor", "planner_of",
+           "deepep_algorithm"]
 
 Group = dict[int, list[int]]  # node -> the group's GPUs on it, sorted
 
@@ -54,6 +56,27 @@ def register_algorithm(name: str) -> Callable[[AlgorithmPlanner], AlgorithmPlann
         return fn
 
     return register
+
+
+def planner_of(name: str) -> AlgorithmPlanner | None:
+    """The planner of an algorithm name: a registered one, or ``deepep/E/k/M`` (DeepEP with
+    routing, :func:`deepep_algorithm`); None for an unknown name."""
+    base, _, args = name.partition("/")
+    planner = ALGORITHMS.get(base)
+    if not args or base != "deepep":
+        return planner if not args else None
+    experts, top_k, max_nodes = (int(a) for a in args.split("/"))
+
+    def routed(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group) -> list[PhasePlan]:
+        return plan_deepep(p, op, gpus, nodes, (experts, top_k, max_nodes or None))
+
+    return routed
+
+
+def deepep_algorithm(experts: int, top_k: int, max_nodes: int | None) -> str:
+    """The algorithm name of DeepEP's dispatch or combine for a router of ``experts`` routed
+    experts, ``top_k`` per token, at most ``max_nodes`` nodes per token (None: no limit)."""
+    return f"deepep/{experts}/{top_k}/{max_nodes or 0}"
 
 
 def ring_factor(op: str, n: int) -> tuple[float, int]:
@@ -192,3 +215,46 @@ def plan_chain(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group) -> 
     order = p.rings(gpus)[0][0]
     flows = [Flow(a, b, 1.0) for a, b in pairwise(order)]
     return [p.phase(flows, steps=n - 1, inter_steps=k - 1, ppn=_ppn(p, nodes), nodes=k)]
+
+
+def plan_deepep(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group,
+                routing: tuple[int, int, int | None] | None = None) -> list[PhasePlan]:
+    """DeepEP's normal dispatch / combine (all-to-all), one pipelined phase: inside a node
+    straight over NVLink; to another node once over RDMA to the member with the same local
+    index there, which forwards over NVLink to that node's other members (DeepEP README at
+    0aaa674; arXiv:2412.19437 §3.2.2). DeepEP overlaps the RDMA sends and the NVLink forwarding
+    (chunked), so both hops share one phase. Plain ``deepep``: D is what a rank sends, D/n to
+    every member (node share g/n over RDMA); with ``routing`` (experts, top-k, node limit), D
+    is the rank's tokens once and each member / node receives D times the chance a token
+    reaches it (:func:`simulator.costs.moe.deepep_fanout`). The NVLink hops run at the GPU's
+    measured ``nvlink.deepep_efficiency`` of line rate where it has one (H800): their weights
+    are scaled by nccl_efficiency / deepep_efficiency, since the links carry NCCL's."""
+    if op != "all_to_all":
+        raise ValueError(f"deepep implements all_to_all, not {op}")
+    ppn = p.uniform(nodes)
+    if ppn is None:
+        raise ValueError("deepep needs the same number of group members on every node (its RDMA peer has the "
+                         "sender's local index)")
+    n, k = len(gpus), len(nodes)
+    nvlink = p.cluster.gpu.nvlink
+    # DeepEP's NVLink hops reach their own measured fraction of line rate, the links NCCL's
+    nv = nvlink.nccl_efficiency / nvlink.deepep_efficiency if nvlink and nvlink.deepep_efficiency else 1.0
+    if routing is None:
+        to_rank, to_node = 1.0 / n, ppn / n
+    else:
+        experts, top_k, max_nodes = routing
+        to_rank, to_node = deepep_fanout(experts, top_k, n, k, max_nodes)
+    flows: list[Flow] = []
+    for node, members in nodes.items():
+        for i, a in enumerate(members):
+            for other, dests in nodes.items():
+                if other == node:
+                    flows += [Flow(a, b, to_rank * nv) for b in dests if b != a]
+                    continue
+                peer = dests[i]
+                flows.append(Flow(a, peer, to_node))
+                flows += [Flow(peer, b, to_rank * nv) for b in dests if b != peer]
+    return [p.phase(flows, steps=1, inter_steps=1 if k > 1 else 0, ppn=ppn, nodes=k)]
+
+
+register_algorithm("deepep")(plan_deepep)

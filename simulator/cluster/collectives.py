@@ -23,6 +23,10 @@ Algorithms (shared/REFERENCE.md §1):
   parameter gather); reduce-scatter = intra-node RS then inter-node RS.
 * ``direct``: all-to-all (every pair at once) and point-to-point.
 * ``chain``: pipelined broadcast along a ring from the root.
+* ``deepep``: DeepEP's dispatch / combine all-to-all: NVLink inside a node, RDMA to the
+  same-index GPU of another node then NVLink forwarding, in one pipelined phase;
+  ``deepep/E/k/M`` sends each token once per destination rank and node under uniform routing
+  of E experts, top-k, at most M nodes per token.
 
 On torus nodes (Trainium on NeuronLink) the rings follow a boustrophedon ("snake") order over
 torus neighbours, one channel each way round; point-to-point and all-to-all flows take the
@@ -39,7 +43,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simulator.cluster.collective_algorithms import ALGORITHMS
+from simulator.cluster.collective_algorithms import ALGORITHMS, planner_of
 from simulator.cluster.collective_plan import CollectivePlan, Flow, PhasePlan, nccl_model
 from simulator.cluster.fabrics.torus import snake_order
 from simulator.cluster.graph import ClusterGraph
@@ -88,6 +92,12 @@ class CollectivePlanner:
         NVLS needs NVLink SHARP in an NVSwitch node (dtsim models it inside one node, more
         than two GPUs) and all-reduce; the others raise from their planner when they do not apply."""
         node = self.cluster.node_type
+        if algorithm.split("/")[0] == "deepep":
+            if op != "all_to_all":
+                return f"deepep (DeepEP's dispatch / combine) implements all_to_all, not {op}"
+            if len(self.by_node(gpus)) > 1 and self.cluster.transport_kind != "infiniband":
+                return (f"DeepEP's internode kernels need InfiniBand RDMA (NVSHMEM; DeepEP README 'Network "
+                        f"configurations'), and {node.name}'s NICs speak {self.cluster.transport_kind}")
         if algorithm == "ring" and op not in ("all_reduce", "all_gather", "reduce_scatter"):
             return f"dtsim's ring implements all_reduce, all_gather and reduce_scatter, not {op}"
         if algorithm == "chain" and op != "broadcast":
@@ -237,7 +247,7 @@ class CollectivePlanner:
         elif len(gpus) == 1:
             phases = []
         else:
-            planner = ALGORITHMS.get(algorithm)
+            planner = planner_of(algorithm)
             if planner is None:
                 raise ValueError(f"unknown collective algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
             phases = planner(self, op, gpus, self.by_node(gpus))

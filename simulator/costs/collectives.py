@@ -18,7 +18,7 @@ trees, NCCL's size-dependent tree correction. Latency:
   only once it has it, so each of the 2*levels network hops adds one step time,
   ``min(D / channels, step) / channel bandwidth``;
 * nvls:  NCCL's NVLS latency (25 us);
-* direct (p2p, all-to-all): base + one hop.
+* direct (p2p, all-to-all) and deepep (DeepEP's dispatch / combine, Simple only): base + one hop.
 
 "transport" is the transport's per-message latency plus, where the transport stages small
 messages through host buffers (EFA below 32 KiB), the copy of one network message
@@ -246,8 +246,8 @@ def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float,
     atomic (NVLink, InfiniBand) and the message is not huge, Simple always; only those the
     node type allows (``shape.protocols``: NCCL_PROTO as the network plugin sets it), and of
     those only the ones ``enabled`` (the user's ``NCCL_PROTO``) names."""
-    if shape.algorithm == "nvls" or shape.op in ("d2h", "h2d"):
-        options = ["Simple"]
+    if shape.algorithm == "nvls" or shape.algorithm.startswith("deepep") or shape.op in ("d2h", "h2d"):
+        options = ["Simple"]  # DeepEP runs its own kernels, not NCCL's LL / LL128 protocols
     else:
         options = []
         if nbytes <= model.ll_max_bytes:

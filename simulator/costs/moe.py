@@ -26,6 +26,18 @@ source ranks drops above its capacity, moe_utils.py:1051 ``get_capacity(num_toke
 cf)``). An EP rank's load is the sum over its ``E/ep`` experts; the busiest rank's load over
 the balanced load ``N / ep`` is the factor by which the expert GEMMs, and the largest
 all-to-all message, exceed perfect balance.
+
+DeepEP's normal kernels (``deepep`` dispatcher; https://github.com/deepseek-ai/DeepEP at
+0aaa674, README "Performance"; DeepSeek-V3 report, arXiv:2412.19437 §3.2.2) send a token once
+per destination *rank* (not once per expert), and across nodes once per destination *node*
+over RDMA, to the GPU of the same local index, which forwards it over NVLink to the node's
+other destination ranks. With uniform routing (experts drawn without replacement) a token
+reaches a set of ``m`` of the ``E`` experts with probability ``1 - C(E - m, k) / C(E, k)``
+(:func:`deepep_fanout`). Node-limited routing (each token's experts on at most ``M`` nodes,
+DeepSeek-V3's M = 4) draws the k experts among the ``M x E / nodes`` experts of M chosen nodes.
+Bytes per token: fp8 dispatch carries the hidden state in 1 byte per element plus one fp32
+scale per 128 elements, ``h + h / 128 x 4`` (DeepEP tests/test_internode.py at 499ec88:
+``fp8_factor = (1 + 4 / 128) / 2`` of bf16); the combine and bf16 dispatch ``2 h``.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["expert_params", "moe_mlp_params", "dispatch_bytes_per_token", "expert_capacity", "RoutingImbalance",
+           "deepep_token_bytes", "hit_probability", "deepep_fanout",
            "routing_imbalance", "expert_state_shards", "SeedSpread", "spread_over_seeds"]
 
 
@@ -54,6 +67,33 @@ def moe_mlp_params(*, hidden: int, experts: int, top_k: int, shared: int, expert
 def dispatch_bytes_per_token(hidden: int, top_k: int, elem_bytes: int) -> float:
     """Bytes one token sends in one direction (dispatch, or combine): h x top_k x bytes."""
     return float(hidden * top_k * elem_bytes)
+
+
+def deepep_token_bytes(hidden: int, fp8: bool, elem_bytes: int = 2) -> float:
+    """Bytes of one token's hidden state on DeepEP's wire: fp8 ``h + h / 128 x 4`` (1-byte
+    elements and an fp32 scale per 128), else ``h x elem_bytes`` (bf16: 2; module docstring)."""
+    return hidden + hidden / 128 * 4 if fp8 else float(hidden * elem_bytes)
+
+
+def hit_probability(pool: int, owned: float, top_k: int) -> float:
+    """Probability that ``top_k`` experts drawn without replacement from ``pool`` include at
+    least one of ``owned`` of them: ``1 - C(pool - owned, k) / C(pool, k)`` (1 when k > pool - owned)."""
+    rest = pool - round(owned)
+    if top_k > rest:
+        return 1.0
+    return 1.0 - math.comb(rest, top_k) / math.comb(pool, top_k)
+
+
+def deepep_fanout(experts: int, top_k: int, ranks: int, nodes: int, max_nodes: int | None) -> tuple[float, float]:
+    """(P(a token reaches a given rank), P(it reaches a given node)) of the ``ranks`` of an EP
+    group spread evenly over ``nodes``, under uniform routing, limited to ``max_nodes`` nodes per
+    token when set (module docstring)."""
+    if max_nodes is None or max_nodes >= nodes:
+        chosen, pool = 1.0, experts
+    else:
+        chosen, pool = max_nodes / nodes, max_nodes * experts // nodes
+    return (chosen * hit_probability(pool, experts / ranks, top_k),
+            chosen * hit_probability(pool, experts / nodes, top_k))
 
 
 def expert_capacity(tokens: float, experts: int, top_k: int, capacity_factor: float) -> int:

@@ -19,7 +19,8 @@ def run_program(program: Program, resolver: CommResolver, *, mode: str = "flow",
 
     ``mode``: the network model's name in :data:`NETWORK_MODELS` (``sim.network``).
     ``overlap_slowdown``: compute runs ``1 + overlap_slowdown`` times longer while a collective
-    of the same GPU is in flight. ``durations``: per-task durations replacing the tasks' own
+    of the same GPU is in flight (a collective with its own ``sm_slowdown``, DeepEP's, brings that
+    instead; beside several, the largest applies). ``durations``: per-task durations replacing the tasks' own
     (stragglers and jitter, :mod:`simulator.workload.perturb`)."""
     env = simpy.Environment()
     network = network_model(mode)(env, resolver.classes.capacity, record_series=record_series)

@@ -50,7 +50,9 @@ class _Running:
 
 class Engine:
     """Runs a program; ``slowdown`` is how much longer compute takes while a collective of the
-    same GPU is in flight (NCCL kernels take SMs and memory bandwidth). ``durations`` (per
+    same GPU is in flight (NCCL kernels take SMs and memory bandwidth); a collective with its own
+    ``CommOp.sm_slowdown`` (DeepEP's kernels on their SMs) brings that instead, and beside
+    several the largest applies. ``durations`` (per
     task) replaces the tasks' own durations: each rank's compute speed and jitter
     (:mod:`simulator.workload.perturb`); compute tasks that start together (one ``join``)
     end together, at the pace of the slowest."""
@@ -82,6 +84,9 @@ class Engine:
         self.events = 0
         self.slowdown = slowdown
         self.in_flight: dict[int, int] = {}
+        # the in-flight collectives that bring their own slowdown (DeepEP's SMs), per rank
+        self.own_slowdowns: dict[int, list[float]] = {}
+        self._slowed = slowdown > 0 or any(t.comm is not None and t.comm.sm_slowdown for t in program.tasks)
         self.running: dict[int, list[_Running]] = {}  # rank -> compute tasks in progress
         self.durations = durations if durations is not None else [t.duration_s for t in program.tasks]
 
@@ -145,7 +150,7 @@ class Engine:
         if lead.comm is None:
             durations = self.durations
             duration = durations[task_ids[0]] if len(task_ids) == 1 else max(durations[t] for t in task_ids)
-            if lead.category == "compute" and duration > 0 and self.slowdown > 0:
+            if lead.category == "compute" and duration > 0 and self._slowed:
                 self._start_compute(task_ids, duration)
                 return
             timeout = self.env.timeout(duration)
@@ -156,13 +161,20 @@ class Engine:
             self.resolved[t] = resolved
         if not is_host_copy(lead.comm.op):  # copy engines, not SMs
             for t in task_ids:
-                self._comm_started(self.program.tasks[t].rank)
+                self._comm_started(self.program.tasks[t].rank, lead.comm.sm_slowdown)
         self.network.transfer(resolved, lambda: self._finish(task_ids))
 
     # -- compute slowed by collectives in flight on the same GPU --------------------------------
 
     def _rate(self, rank: int) -> float:
-        return compute_rate(self.slowdown, self.in_flight.get(rank, 0) > 0)
+        """Compute speed beside the rank's collectives in flight: the largest of their slowdowns
+        (the run's for NCCL's, their own for those that bring one)."""
+        count = self.in_flight.get(rank, 0)
+        own = self.own_slowdowns.get(rank)
+        if not own:
+            return compute_rate(self.slowdown, count > 0)
+        slowdown = max(max(own), self.slowdown if count > len(own) else 0.0)
+        return compute_rate(slowdown, True)
 
     def _start_compute(self, task_ids: list[int], duration: float) -> None:
         rank = self.program.tasks[task_ids[0]].rank
@@ -191,16 +203,29 @@ class Engine:
             run.rate = rate
             self._schedule_compute(rank, run)
 
-    def _comm_started(self, rank: int) -> None:
+    def _comm_started(self, rank: int, own: float | None = None) -> None:
         count = self.in_flight.get(rank, 0)
+        if own:
+            before = self._rate(rank)
+            self.in_flight[rank] = count + 1
+            self.own_slowdowns.setdefault(rank, []).append(own)
+            if self._rate(rank) != before:
+                self._rate_changed(rank)
+            return
         self.in_flight[rank] = count + 1
-        if count == 0 and self.slowdown > 0:
+        if (count == 0 and self.slowdown > 0) or self.own_slowdowns.get(rank):
             self._rate_changed(rank)
 
-    def _comm_ended(self, rank: int) -> None:
+    def _comm_ended(self, rank: int, own: float | None = None) -> None:
+        before = self._rate(rank) if own or self.own_slowdowns.get(rank) else None
         count = self.in_flight[rank] - 1
         self.in_flight[rank] = count
-        if count == 0 and self.slowdown > 0:
+        if own:
+            self.own_slowdowns[rank].remove(own)
+        if before is not None:
+            if self._rate(rank) != before:
+                self._rate_changed(rank)
+        elif count == 0 and self.slowdown > 0:
             self._rate_changed(rank)
 
     def _finish(self, task_ids: list[int]) -> None:
@@ -209,7 +234,7 @@ class Engine:
         lead = tasks[task_ids[0]]
         if lead.comm is not None and not is_host_copy(lead.comm.op):
             for t in task_ids:
-                self._comm_ended(tasks[t].rank)
+                self._comm_ended(tasks[t].rank, lead.comm.sm_slowdown)
         end, cursor, stream_of, pending, dependents = self.end, self._cursor, self._stream, self.pending, self.dependents
         touched: list[int] = []
         for t in task_ids:

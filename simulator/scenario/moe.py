@@ -54,10 +54,25 @@ def is_moe_layer(moe_layers: MoeLayers, layer: int) -> bool:
 class MoeOptions(Frozen):
     """How tokens reach their experts (``parallelism.moe``)."""
 
-    dispatcher: Literal["alltoall", "allgather"] = Field(
+    dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
         "alltoall", description="alltoall: each token's hidden state goes to the EP ranks of its top-k experts and "
         "comes back (Megatron-Core MoEAlltoAllTokenDispatcher); allgather: every EP rank gathers all tokens and the "
-        "outputs are reduce-scattered back (MoEAllGatherTokenDispatcher)")
+        "outputs are reduce-scattered back (MoEAllGatherTokenDispatcher); deepep: DeepEP's normal kernels "
+        "(Megatron-Core --moe-token-dispatcher-type flex with the deepep backend) over the etp x ep group: each "
+        "token once per destination rank, across nodes once per node over RDMA to the same-index GPU and on by "
+        "NVLink")
+    fp8_dispatch: bool = Field(
+        False, description="deepep only: dispatch in fp8 with one fp32 scale per 128 elements (h + h/128 x 4 bytes "
+        "a token) and the backward's dispatch of gradients too; combines stay bf16 (DeepSeek-V3, arXiv:2412.19437 "
+        "§3.3.2)")
+    deepep_sms: PositiveInt = Field(
+        20, description="deepep only: SMs DeepEP's kernels take while dispatch or combine runs (Megatron-Core "
+        "--moe-flex-dispatcher-num-sms, default 20, token_dispatcher.py:1287-1292 at d98e8a6; DeepSeek-V3 20 of the "
+        "H800's 132, arXiv:2412.19437 §3.5.1); compute beside it runs at (SMs - deepep_sms) / SMs of its speed "
+        "where the GPU's SM count is known, else with sim.overlap_slowdown")
+    max_nodes_per_token: PositiveInt | None = Field(
+        None, description="deepep only: node-limited routing, each token's experts on at most this many nodes "
+        "(DeepSeek-V3: 4, arXiv:2412.19437 §2.1.2), which bounds its RDMA copies; null: no limit")
     overlap_ep_comm: bool = Field(
         False, description="run the dispatch and combine beside the shared experts' GEMMs (Megatron-Core "
         "--moe-shared-expert-overlap) instead of before and after them")
@@ -106,7 +121,7 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     tp x cp x dp = world / pp; etp defaults to tp (parallel_state.py:871-872)."""
     etp, per_stage = par.expert_tp, world_size // par.pp
     if model.mla is not None:
-        unsupported = [(par.tp > 1, "tp > 1", "parallelism.tp"), (par.cp > 1, "cp > 1", "parallelism.cp"),
+        unsupported = [(par.cp > 1, "cp > 1", "parallelism.cp"),
                        (training.precision == "fp8", "fp8", "training.precision"),
                        (training.recompute == "selective-op", "selective-op", "training.recompute"),
                        (model.bias, "bias", "model.bias")]
@@ -125,6 +140,13 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     if training.recompute == "selective-op":
         raise InfeasibleError("selective-op recomputation of MoE layers is not modelled: use none, selective or "
                               "full", field="training.recompute")
+    if par.moe.dispatcher != "deepep" and (par.moe.fp8_dispatch or par.moe.max_nodes_per_token is not None):
+        raise InfeasibleError("fp8_dispatch and max_nodes_per_token apply to the deepep dispatcher only",
+                              field="parallelism.moe.fp8_dispatch" if par.moe.fp8_dispatch
+                              else "parallelism.moe.max_nodes_per_token")
+    if par.moe.dispatcher == "deepep" and par.ep * etp == 1:
+        raise InfeasibleError("the deepep dispatcher needs ep x etp > 1 (Megatron-Core asserts it, token_dispatcher.py:"
+                              "1836 at d98e8a6)", field="parallelism.moe.dispatcher")
     if model.experts % par.ep:
         raise InfeasibleError(f"ep={par.ep} does not divide model.experts={model.experts}", field="parallelism.ep")
     if per_stage % (par.ep * etp):
@@ -156,12 +178,21 @@ class MlaSpec(Frozen):
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
-    def projection_params(self, hidden: int, heads: int) -> tuple[int, int]:
-        """(query, key/value) projection parameters of one layer: W_DQ [h, r_q] + its RMSNorm r_q +
-        W_UQ [r_q, H*(nope+rope)] (or W_Q [h, H*(nope+rope)]); W_DKV [h, r_kv + rope] + its RMSNorm
-        r_kv + W_UKV [r_kv, H*(nope+v)]."""
+    def replicated_params(self, hidden: int) -> int:
+        """Parameters of one layer every TP rank holds whole: the down-projections W_DQ [h, r_q] and
+        W_DKV [h, r_kv + rope] and the latents' norms r_q + r_kv (Megatron-Core duplicates them)."""
+        q = 0 if self.q_lora_rank is None else hidden * self.q_lora_rank + self.q_lora_rank
+        return q + hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+
+    def projection_params(self, hidden: int, heads: int, tp: int = 1) -> tuple[int, int]:
+        """(query, key/value) projection parameters of one layer on one of ``tp`` tensor-parallel
+        ranks: W_DQ [h, r_q] + its RMSNorm r_q + W_UQ [r_q, H*(nope+rope)] / tp (or W_Q [h,
+        H*(nope+rope)] / tp); W_DKV [h, r_kv + rope] + its RMSNorm r_kv + W_UKV [r_kv, H*(nope+v)]
+        / tp. The down-projections and norms are replicated on every TP rank, the
+        up-projections split by heads (Megatron-Core MLASelfAttention, workload/mla.py)."""
         qk = heads * self.qk_head_dim
-        q = hidden * qk if self.q_lora_rank is None else hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qk
+        q = (hidden * qk // tp if self.q_lora_rank is None
+             else hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qk // tp)
         kv = (hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-              + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+              + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim) // tp)
         return q, kv

@@ -90,17 +90,18 @@ class CommCoster:
         self.cluster = build_cluster(scenario.cluster, default_catalog())
         self.planner = CollectivePlanner(self.cluster, Router(self.cluster, seed=scenario.sim.seed))
         self.model = nccl_model(self.cluster.nccl)
-        self._cache: dict[tuple[str, tuple[int, ...], float], float] = {}
+        self._cache: dict[tuple[str, tuple[int, ...], float, str | None], float] = {}
 
-    def __call__(self, op: str, group: tuple[int, ...], nbytes: float) -> float:
+    def __call__(self, op: str, group: tuple[int, ...], nbytes: float, algorithm: str | None = None) -> float:
         from simulator.costs.collectives import choose_algorithm
 
         if len(group) <= 1 or nbytes <= 0:
             return 0.0
-        key = (op, group, nbytes)
+        key = (op, group, nbytes, algorithm)
         found = self._cache.get(key)
         if found is None:
-            shapes = [self.planner.plan(op, a, group).shape(self.cluster) for a in self.planner.candidates(op, group)]
+            algos = [algorithm] if algorithm else self.planner.candidates(op, group)
+            shapes = [self.planner.plan(op, a, group).shape(self.cluster) for a in algos]
             found = self._cache[key] = choose_algorithm(self.model, shapes, nbytes).time_s
         return found
 
@@ -116,7 +117,8 @@ def terms_of(scenario: Scenario, profile: Any, comm: CommCoster, stage: int | No
 
     def in_layer_s(step: Any, n: int) -> float:
         """A tensor- or context-parallel collective nothing overlaps, costed alone on its links."""
-        return 0.0 if step.overlap or n <= 1 else comm(step.op, mesh.group(first, step.axis), step.nbytes)
+        return 0.0 if step.overlap or n <= 1 else comm(step.op, mesh.group(first, step.axis), step.nbytes,
+                                                                   step.algorithm)
 
     _, forward, backward = stage_passes(scenario, profile, workload, in_layer_s)
     par = scenario.parallelism

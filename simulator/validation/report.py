@@ -227,6 +227,11 @@ MODEL_NOTES = [
     "(1.2 GB/s), least squares on the 12 sizes below 32 KiB (8 B to 16 KiB; the 17 larger sizes were not "
     "used), and EFA's bandwidth efficiency (0.91) on the 2 GiB point; all in `topologies/transports.yaml`. "
     "They hold for every EFA node type (p4d, p4de, p5, trn1), which no other public record checks.",
+    "- **Fitted to DeepEP's intranode row** (README at 0aaa674, 8 H800; not a validation record): the H800's "
+    "`nvlink.deepep_efficiency` 0.68 in `topologies/gpus.yaml`, the NVLink share of line rate DeepEP's "
+    "dispatch (153 GB/s) and combine (158 GB/s) reach, own-rank tokens taken out (x 7/8); used only by the "
+    "`deepep` dispatcher's NVLink hops. Its internode rows (EP 16 to 64) were not fitted: the model gives "
+    "47, 59 and 51 GB/s against 43, 58 and 51 measured.",
     "- **Estimates, stated as such in their data files** (not fitted): the H100 96GB HBM2e (500 W) peak, the "
     "middle of the SXM-NVL interval torchtitan's benchmark states; its attention tables, H100's scaled by "
     "that peak; the A100 attention tables, H100's FlashAttention-2 scaled by 230/370 (FlashAttention-2 paper); "

@@ -17,6 +17,7 @@ from typing import Any
 from simulator.catalog import NcclConstants, default_catalog
 from simulator.cluster.mesh import Mesh, mesh_for
 from simulator.costs.compute import ComputeProfile
+from simulator.errors import InfeasibleError
 from simulator.ir import KernelInfo, Program
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
@@ -42,6 +43,20 @@ __all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES
 # the caching allocator model, simulator/results/reserved.py, whose limit is the GPU's memory
 # less this reserve).
 CUDA_CONTEXT_BYTES = 1.0 * GiB
+
+
+def _check_deepep(sc: Scenario, group: tuple[int, ...], gpus_per_node: int) -> None:
+    """DeepEP's internode kernels run over InfiniBand RDMA (NVSHMEM; DeepEP README "Network
+    configurations": fully tested with InfiniBand): an etp x ep group across nodes needs it; its
+    SMs must leave some to compute."""
+    transport, sms = sc.cluster.node_type.nics.transport, sc.cluster.gpu_spec.sm_count
+    if sms and sc.parallelism.moe.deepep_sms >= sms:
+        raise InfeasibleError(f"deepep_sms={sc.parallelism.moe.deepep_sms} leaves none of the "
+                              f"{sc.cluster.gpu_spec.name}'s {sms} SMs to compute", field="parallelism.moe.deepep_sms")
+    if len({r // gpus_per_node for r in group}) > 1 and transport != "infiniband":
+        raise InfeasibleError(f"the deepep dispatcher's etp x ep group {group[:4]}... spans nodes, and DeepEP's "
+                              f"internode kernels need InfiniBand RDMA; {sc.cluster.node_type.name}'s NICs speak "
+                              f"{transport}", field="parallelism.moe.dispatcher")
 
 
 def overlap_slowdown(scenario: Scenario, nccl: NcclConstants | None = None) -> float:
@@ -88,8 +103,10 @@ class Workload:
                 and self.symmetry_off is None)  # perturbed links: each group's collectives on its own links
         rep = self.mesh.stage_representatives[0]
         groups = {axis: self.mesh.group(rep, axis) for axis in ("tp", "cp", "ep", "etp", "tp_ep")}
+        if sc.model.moe and sc.parallelism.moe.dispatcher == "deepep":
+            _check_deepep(sc, groups["tp_ep"], self.gpus_per_node)
         self.layers = LayerEmitter(sc, self.layout, self.profile, fuse_layers=fuse,
-                                   comm_time=self.comm_time or (lambda op, group, nbytes: CommCost(0.0)), groups=groups,
+                                   comm_time=self.comm_time or (lambda op, group, nbytes, algorithm: CommCost(0.0)), groups=groups,
                                    overlap_slowdown=self.overlap_slowdown, join_group=self.mesh.group,
                                    symmetric=self.symmetry.enabled)
 

@@ -67,11 +67,11 @@ class Emitter:
         return RankEmitter(self, rank, self.mesh.stage(rank), state)
 
     def comm_op(self, rank: int, op: OpName, group: str, nbytes: float, *, algorithm: str | None = None,
-                count: int = 1) -> CommOp:
+                count: int = 1, sm_slowdown: float | None = None) -> CommOp:
         """``rank``'s collective on its ``group``, standing for its siblings' identical ones."""
         ranks = self.mesh.group(rank, group)
         instances = self.symmetry.comm_instances(rank, group, nbytes * count)
-        return CommOp(op, ranks, nbytes, GROUP_STREAM.get(group, group), instances, algorithm, count)
+        return CommOp(op, ranks, nbytes, GROUP_STREAM.get(group, group), instances, algorithm, count, sm_slowdown)
 
 
 @dataclass

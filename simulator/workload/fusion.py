@@ -32,7 +32,7 @@ class CommCost(NamedTuple):
     protocol: str | None = None
 
 
-CommTime = Callable[[str, tuple[int, ...], float], CommCost]
+CommTime = Callable[[str, tuple[int, ...], float, str | None], CommCost]  # op, group, bytes, forced algorithm
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def fuse(jobs: list[Job], comm_time: CommTime, groups: dict[str, tuple[int, ...]
         for timed in job.steps:
             step = timed.step
             if isinstance(step, CommStep):
-                cost = comm_time(step.op, groups[step.axis], step.nbytes)
+                cost = comm_time(step.op, groups[step.axis], step.nbytes, step.algorithm)
                 duration = cost.time_s
                 parts.append(FusedPart(f"{label}.{step.name}", step.axis, t, duration, step.op, step.nbytes,
                                        len(groups[step.axis]), job.layer, job.phase, algorithm=cost.algorithm,

@@ -109,7 +109,8 @@ class LayerEmitter:
             step = step_timed.step
             if isinstance(step, CommStep):
                 group = step.axis if step.axis in ("cp", "ep", "etp", "tp_ep") else "tp"
-                comm = emit.emitter.comm_op(emit.rank, step.op, group, step.nbytes)  # type: ignore[arg-type]
+                comm = emit.emitter.comm_op(emit.rank, step.op, group, step.nbytes,  # type: ignore[arg-type]
+                                            algorithm=step.algorithm, sm_slowdown=step.sm_slowdown)
                 join = (group, comm.group, mb, chunk.index, layer, phase, step.name)
                 tid = emit.task(group, step.name, group, comm=comm, join=join, deps=list(deps),
                                 info=TaskInfo(phase=phase, mb=mb, layer=layer))

@@ -133,8 +133,8 @@ class ModelLayout:
         for layer in chunk.layers + tuple(range(m.layers, m.layers + chunk.mtp)):  # MTP blocks after the last
             u = self.block_unit(layer)
             qkv, proj = (m.hidden * qkv_width + bias * qkv_width) // t, m.hidden * m.hidden // t + bias * m.hidden
-            if m.mla is not None:  # tp = 1 (scenario/moe.py check_experts)
-                qkv, proj = sum(m.mla.projection_params(m.hidden, m.heads)), m.heads * m.mla.v_head_dim * m.hidden
+            if m.mla is not None:  # down-projections and latent norms replicated, up / out split by heads
+                qkv, proj = sum(m.mla.projection_params(m.hidden, m.heads, t)), m.heads * m.mla.v_head_dim * m.hidden // t
             params += [
                 Param(f"l{layer}.ln1", norm, u),
                 Param(f"l{layer}.qkv", qkv, u),

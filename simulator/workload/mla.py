@@ -1,16 +1,31 @@
 """Multi-head latent attention's kernels (DeepSeek-V2, arXiv:2405.04434 §2.1.2-2.1.3; the
-training-time form, keys and values decompressed per head; tp = cp = 1, bf16).
+training-time form, keys and values decompressed per head; cp = 1, bf16), under tensor
+parallelism as Megatron-Core splits it (MLASelfAttention, megatron/core/transformer/
+multi_latent_attention.py at d98e8a6; its TE layer spec, models/gpt/gpt_layer_specs.py:121-130).
 
 The QKV GEMM of a block becomes four (or three without query compression), T = tokens,
-H = heads, r_q / r_kv the ranks, d_qk = nope + rope, d_v the value width:
+Tn = the rank's sequence-parallel share (T / tp under sequence parallelism, else T), H = heads,
+t = tp, r_q / r_kv the ranks, d_qk = nope + rope, d_v the value width:
 
-    q_down [T, h] x [h, r_q] -> q_up [T, r_q] x [r_q, H*d_qk]
-    kv_down [T, h] x [h, r_kv + rope] -> kv_up [T, r_kv] x [r_kv, H*(nope + d_v)]
+    q_down [Tn, h] x [h, r_q] -> q_up [T, r_q] x [r_q, H/t*d_qk]
+    kv_down [Tn, h] x [h, r_kv + rope] -> kv_up [T, r_kv] x [r_kv, H/t*(nope + d_v)]
 
-the fused attention computes QK^T over d_qk and AV over d_v (``2*b*H*s_q*s_k*(d_qk + d_v)``
-FLOPs before the causal half, looked up in the kernel tables at head dim d_qk), and the output
-projection is [T, H*d_v] x [H*d_v, h]. The norms of the two latents are left out (T x r
-elements each, small beside the GEMMs). Activation memory keeps the MHA formula.
+The down-projections are replicated on every TP rank (TELinear ``parallel_mode='duplicated'``,
+multi_latent_attention.py:526-527 and 573-574) and run on the rank's own tokens; the
+up-projections are column-parallel by heads (``gather_output=False``, :557-569, :604-616), so
+under sequence parallelism their input, the latents, is all-gathered (T x (r_q + r_kv) x e)
+with the key's shared rotary part (T x rope x e, gather_from_sequence_parallel_region,
+:761-763) instead of the hidden state (T x h x e); without it the latents' input gradient is
+all-reduced in the backward (the column-parallel linear's). The fused attention runs on H/t
+heads, QK^T over d_qk and AV over d_v (``2*b*H/t*s_q*s_k*(d_qk + d_v)`` FLOPs before the
+causal half, looked up in the kernel tables at head dim d_qk), and the row-parallel output
+projection [T, H/t*d_v] x [H/t*d_v, h] ends in the dense block's all-reduce / reduce-scatter.
+The norms of the two latents (fused into the up-projections in the TE spec, replicated) are
+left out of the kernels (T x r elements each, small beside the GEMMs) and counted in the
+parameters. Under sequence parallelism the replicated down-projections' and norms' gradients
+are all-reduced over tp once a step (finalize_model_grads.py:416-470; emitted with the
+tied-embedding sync, :meth:`simulator.workload.data_parallel.base.Strategy.end_of_backward`).
+Activation memory keeps the MHA formula.
 """
 
 from __future__ import annotations
@@ -22,22 +37,44 @@ from simulator.costs.flops import gemm_flops
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.model import Kernel, Shard, _gemm
 
-__all__ = ["with_mla"]
+__all__ = ["with_mla", "mla_tp_names", "mla_tp_bytes"]
+
+
+def mla_tp_names(model: ModelSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the kernels before the tensor-parallel gather: ln1 and the replicated down-projections;
+    the column-parallel GEMMs after it: the up-projections, or q_proj without query compression)."""
+    mla = model.mla
+    assert mla is not None
+    if mla.q_lora_rank is None:
+        return ("ln1", "kv_down"), ("q_proj", "kv_up")
+    return ("ln1", "q_down", "kv_down"), ("q_up", "kv_up")
+
+
+def mla_tp_bytes(model: ModelSpec, shard: Shard) -> tuple[float, float]:
+    """(bytes of the column-parallel GEMMs' gathered input, T x (r_q + r_kv) x e (the hidden
+    state h for r_q without query compression); bytes of the key's rotary part gathered beside
+    it under sequence parallelism, T x rope x e)."""
+    mla = model.mla
+    assert mla is not None
+    q = model.hidden if mla.q_lora_rank is None else mla.q_lora_rank
+    return (shard.tokens * (q + mla.kv_lora_rank) * shard.elem,
+            shard.tokens * mla.qk_rope_head_dim * shard.elem)
 
 
 def with_mla(fwd: list[Kernel], model: ModelSpec, shard: Shard) -> list[Kernel]:
     """A block's forward kernels with MLA's projections and attention shape (module docstring)."""
     mla = model.mla
     assert mla is not None
-    e, h, H, T, p = shard.elem, model.hidden, model.heads, shard.tokens, shard.gemm_precision
+    e, h, T, Tn, p = shard.elem, model.hidden, shard.tokens, shard.norm_tokens, shard.gemm_precision
+    H = model.heads / shard.tp
     b, s_q, s_k = shard.batch, shard.seq / shard.cp, float(shard.seq)
     dqk, dv = mla.qk_head_dim, mla.v_head_dim
     if mla.q_lora_rank is None:
         query = [_gemm("q_proj", T, H * dqk, h, e, "attn", p)]
     else:
-        query = [_gemm("q_down", T, mla.q_lora_rank, h, e, "attn", p),
+        query = [_gemm("q_down", Tn, mla.q_lora_rank, h, e, "attn", p),
                  _gemm("q_up", T, H * dqk, mla.q_lora_rank, e, "attn", p)]
-    kv = [_gemm("kv_down", T, mla.kv_lora_rank + mla.qk_rope_head_dim, h, e, "attn", p),
+    kv = [_gemm("kv_down", Tn, mla.kv_lora_rank + mla.qk_rope_head_dim, h, e, "attn", p),
           _gemm("kv_up", T, H * (mla.qk_nope_head_dim + dv), mla.kv_lora_rank, e, "attn", p)]
     causal = 0.5 if model.causal else 1.0
     out: list[Kernel] = []

@@ -70,6 +70,9 @@ class MoeShape:
     factor: float  # busiest EP rank's routed tokens over the balanced share
     dispatcher: str
     overlap: bool
+    fp8_dispatch: bool = False  # deepep: dispatch-direction transfers in fp8 with scales
+    max_nodes: int | None = None  # deepep: node-limited routing
+    sm_slowdown: float | None = None  # deepep: compute slowdown beside its kernels (None: the run's)
 
 
 def imbalance_of(scenario: Scenario, seed: int | None = None) -> RoutingImbalance:
@@ -101,7 +104,19 @@ def _imbalance(experts: int, ep: int, tokens: float, top_k: int, skew: float, se
 
 def moe_shape(scenario: Scenario) -> MoeShape:
     par = scenario.parallelism
-    return MoeShape(par.ep, par.expert_tp, imbalance_of(scenario).factor, par.moe.dispatcher, par.moe.overlap_ep_comm)
+    return MoeShape(par.ep, par.expert_tp, imbalance_of(scenario).factor, par.moe.dispatcher, par.moe.overlap_ep_comm,
+                    par.moe.fp8_dispatch, par.moe.max_nodes_per_token, deepep_slowdown(scenario))
+
+
+def deepep_slowdown(scenario: Scenario) -> float | None:
+    """How much longer compute takes beside DeepEP's kernels: they hold ``deepep_sms`` of the
+    GPU's SMs, so the rest run at (SMs - deepep_sms) / SMs of full speed: slowdown SMs / (SMs -
+    deepep_sms) - 1 (H800, 20 of 132: 0.1786). None for another dispatcher, or a GPU whose SM
+    count is not known (the run's overlap slowdown applies)."""
+    moe, sms = scenario.parallelism.moe, scenario.cluster.gpu_spec.sm_count
+    if moe.dispatcher != "deepep" or not sms:
+        return None
+    return sms / (sms - moe.deepep_sms) - 1.0
 
 
 def moe_mlp_forward(model: ModelSpec, shard: Shard, moe: MoeShape) -> list[Kernel]:

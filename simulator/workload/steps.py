@@ -48,6 +48,8 @@ class CommStep:
     nbytes: float
     overlap: bool = False  # runs concurrently with the next compute step
     axis: str = "tp"  # the mesh group: tp, cp (context parallelism's key/value exchange) or ep (MoE dispatch)
+    algorithm: str | None = None  # a forced algorithm (DeepEP's dispatch / combine); None: NCCL's choice
+    sm_slowdown: float | None = None  # compute slowdown beside it when its own (DeepEP's SMs); None: the run's
 
 
 Step = ComputeStep | CommStep

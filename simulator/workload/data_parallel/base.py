@@ -167,9 +167,18 @@ class Strategy(ABC, Generic[S]):
     # shared pieces -------------------------------------------------------------------------
 
     def end_of_backward(self, emit: RankEmitter[S], deps: list[int]) -> list[int]:
-        """Tied-embedding gradient sync between the first and last stage (Megatron)."""
+        """Tied-embedding gradient sync between the first and last stage (Megatron); under
+        sequence parallelism the all-reduce over tp of multi-head latent attention's replicated
+        down-projections' and latent norms' gradients, each TP rank having seen only its share of
+        the tokens (Megatron-Core finalize_model_grads.py:416-470 at d98e8a6, parameters marked
+        sequence_parallel; the layer norms' own, 2h a layer, are not modelled)."""
         out = list(deps)
         m = self.scenario.model
+        if m.mla is not None and self.mesh.tp > 1 and self.scenario.parallelism.sequence_parallel:
+            layers = sum(len(c.layers) for c in self.layout.chunks_of_stage(emit.stage))
+            replicated = float(layers * m.mla.replicated_params(m.hidden) * grad_reduce_bytes(self.scenario))
+            out.append(emit.collective(Collective("tp.replicated_grads", "all_reduce", "tp", replicated,
+                                                  stream="tp", key="step", category="tp"), deps))
         if self.mesh.pp > 1 and m.tied_embeddings and emit.stage in (0, self.mesh.pp - 1):
             nbytes = self.layout.counts.embedding / self.mesh.tp * grad_reduce_bytes(self.scenario)
             out.append(emit.collective(Collective("embedding.grad_sync", "all_reduce", "embedding", nbytes,

@@ -11,6 +11,15 @@ top-k, f the imbalance factor, h the hidden size and e the activation bytes:
   over the ``etp`` group: the gathered tensor, ``etp x f x Tn x k x h x e``;
 * the ``allgather`` dispatcher: all-gather / reduce-scatter of ``ep x etp x Tn x h x e`` over
   the ``tp_ep`` group (ep x etp ranks) instead of both;
+* the ``deepep`` dispatcher: DeepEP's dispatch and combine over the ``tp_ep`` group instead of
+  both (Megatron-Core's MoEFlexTokenDispatcher: one group over etp x ep ranks, top-k and experts
+  x etp, token_dispatcher.py:1809-1842 at d98e8a6), ``f x Tn x B`` each, B a token's bytes
+  (:func:`simulator.costs.moe.deepep_token_bytes`: fp8 with scales in the dispatch direction
+  when ``fp8_dispatch``, the forward dispatch and the backward's dispatch of output gradients;
+  bf16 combines, arXiv:2412.19437 §3.3.2), run as the ``deepep`` algorithm, which sends each
+  token once per destination rank and node (:func:`simulator.cluster.collective_algorithms.plan_deepep`),
+  and taking ``deepep_sms`` of the GPU's SMs from compute beside it
+  (:func:`simulator.workload.moe.deepep_slowdown`);
 * shared experts under tp > 1: all-gather of the input and reduce-scatter of the output over
   ``tp`` (``b*s/cp x h x e`` gathered), as the dense MLP; in the backward the dense MLP's
   gradient all-gather, input re-gather and input-gradient reduce-scatter.
@@ -18,7 +27,10 @@ top-k, f the imbalance factor, h the hidden size and e the activation bytes:
 
 from __future__ import annotations
 
-from simulator.costs.moe import dispatch_bytes_per_token
+from dataclasses import replace
+
+from simulator.cluster.collective_algorithms import deepep_algorithm
+from simulator.costs.moe import deepep_token_bytes, dispatch_bytes_per_token
 from simulator.workload.model import Kernel
 from simulator.workload.moe import EXPERT_KERNELS, forward_name
 from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step
@@ -62,10 +74,22 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
 
 
 def _exchange(spec: LayerSpec) -> tuple[list[CommStep], list[CommStep]]:
-    """The token exchange before and after the routed experts, in the order a forward runs it."""
+    """The token exchange before and after the routed experts, in the order a forward runs it
+    (in a backward pass, deepep's sizes are those of the mirrored steps: the forward combine's
+    gradient goes out as a dispatch, the forward dispatch's comes back as a combine)."""
     moe, model, shard = spec.moe, spec.model, spec.shard
     assert moe is not None
     tokens = shard.norm_tokens
+    if moe.dispatcher == "deepep":
+        if moe.ep * moe.etp == 1:
+            return [], []
+        algorithm = deepep_algorithm(model.experts * moe.etp, model.top_k * moe.etp, moe.max_nodes)
+        out = tokens * deepep_token_bytes(model.hidden, moe.fp8_dispatch, shard.elem) * moe.factor
+        back = tokens * deepep_token_bytes(model.hidden, False, shard.elem) * moe.factor
+        dispatch, combine = (out, back) if spec.phase == "fwd" else (back, out)
+        slow = moe.sm_slowdown
+        return ([CommStep("dispatch", "all_to_all", dispatch, axis="tp_ep", algorithm=algorithm, sm_slowdown=slow)],
+                [CommStep("combine", "all_to_all", combine, axis="tp_ep", algorithm=algorithm, sm_slowdown=slow)])
     if moe.dispatcher == "allgather":
         if moe.ep * moe.etp == 1:
             return [], []
@@ -93,7 +117,7 @@ def _forward(spec: LayerSpec, shared: tuple[Kernel, ...], experts: tuple[Kernel,
     if tp_shared:
         out.append(CommStep("tp.ag.shared", "all_gather", d))
     if first and shared and moe.overlap:  # the first exchange step runs beside the shared experts
-        first[0] = CommStep(first[0].name, first[0].op, first[0].nbytes, overlap=True, axis=first[0].axis)
+        first[0] = replace(first[0], overlap=True)
         out += [first[0], ComputeStep("shared_experts", shared)]
         first = first[1:]
     elif shared:
@@ -112,8 +136,8 @@ def _backward(spec: LayerSpec, shared: tuple[Kernel, ...], experts: tuple[Kernel
     # each collective's backward: an all-gather's is a reduce-scatter and vice versa, an all-to-all's an all-to-all
     name = {"dispatch": "dispatch.bwd", "combine": "combine.bwd", "etp.ag": "etp.rs.bwd", "etp.rs": "etp.ag.bwd"}
     inverse = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "all_to_all": "all_to_all"}
-    first = [CommStep(name[c.name], inverse[c.op], c.nbytes, axis=c.axis) for c in reversed(fwd_last)]
-    last = [CommStep(name[c.name], inverse[c.op], c.nbytes, axis=c.axis) for c in reversed(fwd_first)]
+    first = [replace(c, name=name[c.name], op=inverse[c.op]) for c in reversed(fwd_last)]
+    last = [replace(c, name=name[c.name], op=inverse[c.op]) for c in reversed(fwd_first)]
     out: list[Step] = [*first, ComputeStep("experts.bwd", experts), *last]
     if not shared:
         return out

@@ -22,11 +22,18 @@ et al. 2022 §4.2.2, Megatron-LM ``core/tensor_parallel/layers.py``). D = b*s*h*
   each all-gather is split into tp chunks pipelined with the GEMM that consumes it, and
   each reduce-scatter with the GEMM that produces it. A collective then runs beside its
   GEMM: the pair takes max(GEMM slowed by the shared SMs, collective), not their sum.
+* Multi-head latent attention (:mod:`simulator.workload.mla`): the replicated down-projections
+  run with ln1 before the attention's gather, the up-projections take qkv's place after it,
+  and the attention's input collectives move the latents instead of the hidden state: the
+  forward all-gather and the backward reduce-scatter T x (r_q + r_kv + rope) x e, the
+  backward's re-gather of the saved input and, without sequence parallelism, the input
+  gradient's all-reduce T x (r_q + r_kv) x e.
 """
 
 from __future__ import annotations
 
 from simulator.scenario.spec import ModelSpec
+from simulator.workload.mla import mla_tp_bytes, mla_tp_names
 from simulator.workload.model import Kernel, Shard, backward_of, block_forward, embedding_forward, logits_forward
 from simulator.workload.moe import is_moe_mlp
 from simulator.workload.steps import (
@@ -50,7 +57,7 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
     if spec.kind == "block":
         return block_steps(spec.model, spec.shard, spec.phase, tp_overlap=spec.tp_overlap,
                            recompute=spec.recompute, comm_overlap=spec.comm_overlap,
-                           fwd=block_kernels(spec) if spec.moe is not None else None)
+                           fwd=block_kernels(spec) if spec.moe is not None or spec.model.mla is not None else None)
     if spec.kind == "embedding":
         return embedding_steps(spec.model, spec.shard, spec.phase)
     return logits_steps(spec.model, spec.shard, spec.phase)
@@ -70,6 +77,31 @@ def _moe_mlp(kernels: list[Kernel], name: str) -> list[Step] | None:
 
 def _tensor_bytes(model: ModelSpec, shard: Shard) -> float:
     return shard.tokens * model.hidden * shard.elem
+
+
+class _AttnInput:
+    """The attention's input side under TP: ``pre`` the kernels before the gather of its input
+    (ln1; MLA's replicated down-projections too), ``cols`` the column-parallel GEMMs consuming
+    the gathered input (qkv; MLA's up-projections), ``gathered`` the bytes of the forward
+    gather and of the backward's input-gradient reduce-scatter, ``saved`` those of the
+    backward's re-gather of the saved input and of the input gradient's all-reduce without
+    sequence parallelism (both T x h x e for the dense block; module docstring for MLA)."""
+
+    pre: tuple[str, ...]
+    cols: tuple[str, ...]
+
+    def __init__(self, model: ModelSpec, shard: Shard) -> None:
+        if model.mla is None:
+            self.pre, self.cols = ("ln1",), ("qkv",)
+            self.gathered = self.saved = _tensor_bytes(model, shard)
+        else:
+            self.pre, self.cols = mla_tp_names(model)
+            latents, rope = mla_tp_bytes(model, shard)
+            self.gathered, self.saved = latents + rope, latents
+
+    def bwd(self, names: tuple[str, ...], *suffixes: str) -> list[str]:
+        """Backward kernel names of ``names``: ln1.bwd, q_down.dgrad, q_down.wgrad, ..."""
+        return [f"{n}{x}" for n in names for x in (suffixes or ((".bwd",) if n == "ln1" else (".dgrad", ".wgrad")))]
 
 
 def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool = True,
@@ -107,9 +139,10 @@ def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool 
 
 def _fwd_tp(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) -> list[Step]:
     d = _tensor_bytes(model, shard)
+    a = _AttnInput(model, shard)
     if not shard.sequence_parallel:
         return [
-            ComputeStep("attn", _pick(fwd, "ln1", "qkv", *core, "proj")),
+            ComputeStep("attn", _pick(fwd, *a.pre, *a.cols, *core, "proj")),
             CommStep("tp.ar.attn", "all_reduce", d),
             ComputeStep("mlp", _pick(fwd, "residual1", "ln2", "fc1", "act", "fc2")),
             CommStep("tp.ar.mlp", "all_reduce", d),
@@ -121,9 +154,9 @@ def _fwd_tp(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) 
         CommStep("tp.rs.mlp", "reduce_scatter", d),
     ]
     return [
-        ComputeStep("ln1", _pick(fwd, "ln1")),
-        CommStep("tp.ag.attn", "all_gather", d),
-        ComputeStep("attn", _pick(fwd, "qkv", *core, "proj")),
+        ComputeStep("ln1", _pick(fwd, *a.pre)),
+        CommStep("tp.ag.attn", "all_gather", a.gathered),
+        ComputeStep("attn", _pick(fwd, *a.cols, *core, "proj")),
         CommStep("tp.rs.attn", "reduce_scatter", d),
         ComputeStep("ln2", _pick(fwd, "residual1", "ln2")),
         *mlp,
@@ -134,6 +167,7 @@ def _fwd_tp(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) 
 def _bwd_tp(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: list[str], recompute: tuple[Kernel, ...],
             overlap: bool) -> list[Step]:
     d = _tensor_bytes(model, shard)
+    a = _AttnInput(model, shard)
     core_bwd = [n + ".bwd" for n in core] + [n + ".dgrad" for n in core] + [n + ".wgrad" for n in core]
     if not shard.sequence_parallel:
         return [
@@ -141,10 +175,10 @@ def _bwd_tp(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: list[str], 
             CommStep("tp.ar.mlp.bwd", "all_reduce", d, overlap=overlap),
             ComputeStep("fc1.wgrad", _pick(bwd, "fc1.wgrad")),
             ComputeStep("attn.bwd", recompute + _pick(bwd, "ln2.bwd", "residual1.bwd", "proj.dgrad", "proj.wgrad",
-                                                      *core_bwd, "qkv.dgrad")),
-            CommStep("tp.ar.attn.bwd", "all_reduce", d, overlap=overlap),
-            ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
-            ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
+                                                      *core_bwd, *a.bwd(a.cols, ".dgrad"))),
+            CommStep("tp.ar.attn.bwd", "all_reduce", a.saved, overlap=overlap),
+            ComputeStep("qkv.wgrad", _pick(bwd, *a.bwd(a.cols, ".wgrad"))),
+            ComputeStep("ln1.bwd", _pick(bwd, *a.bwd(a.pre))),
         ]
     mlp: list[Step] = _moe_mlp(bwd, "mlp.bwd") or [
         CommStep("tp.ag.mlp.grad", "all_gather", d),
@@ -160,11 +194,11 @@ def _bwd_tp(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: list[str], 
         ComputeStep("ln2.bwd", _pick(bwd, "ln2.bwd", "residual1.bwd")),
         CommStep("tp.ag.attn.grad", "all_gather", d),
         ComputeStep("attn.bwd", recompute + _pick(bwd, "proj.dgrad", "proj.wgrad", *core_bwd)),
-        CommStep("tp.ag.attn.input", "all_gather", d, overlap=overlap),
-        ComputeStep("qkv.dgrad", _pick(bwd, "qkv.dgrad")),
-        CommStep("tp.rs.attn.bwd", "reduce_scatter", d, overlap=overlap),
-        ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
-        ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
+        CommStep("tp.ag.attn.input", "all_gather", a.saved, overlap=overlap),
+        ComputeStep("qkv.dgrad", _pick(bwd, *a.bwd(a.cols, ".dgrad"))),
+        CommStep("tp.rs.attn.bwd", "reduce_scatter", a.gathered, overlap=overlap),
+        ComputeStep("qkv.wgrad", _pick(bwd, *a.bwd(a.cols, ".wgrad"))),
+        ComputeStep("ln1.bwd", _pick(bwd, *a.bwd(a.pre))),
     ]
 
 
@@ -172,6 +206,7 @@ def _fwd_sp_pipelined(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: l
     """Forward under TP + SP with every collective beside its GEMM: AG with qkv and fc1 (the
     GEMMs consuming the gathered input), RS with proj and fc2 (the GEMMs producing it)."""
     d = _tensor_bytes(model, shard)
+    a = _AttnInput(model, shard)
     mlp: list[Step] = _moe_mlp(fwd, "mlp") or [
         CommStep("tp.ag.mlp", "all_gather", d, overlap=True),
         ComputeStep("fc1", _pick(fwd, "fc1")),
@@ -180,9 +215,9 @@ def _fwd_sp_pipelined(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: l
         ComputeStep("fc2", _pick(fwd, "fc2")),
     ]
     return [
-        ComputeStep("ln1", _pick(fwd, "ln1")),
-        CommStep("tp.ag.attn", "all_gather", d, overlap=True),
-        ComputeStep("qkv", _pick(fwd, "qkv")),
+        ComputeStep("ln1", _pick(fwd, *a.pre)),
+        CommStep("tp.ag.attn", "all_gather", a.gathered, overlap=True),
+        ComputeStep("qkv", _pick(fwd, *a.cols)),
         ComputeStep("core", _pick(fwd, *core)),
         CommStep("tp.rs.attn", "reduce_scatter", d, overlap=True),
         ComputeStep("proj", _pick(fwd, "proj")),
@@ -198,6 +233,7 @@ def _bwd_sp_pipelined(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: l
     with the dgrad GEMM consuming it, the input re-gather with the dgrad GEMM, the input-
     gradient RS with the wgrad GEMM (Megatron-Core's bulk overlaps and split pipelines)."""
     d = _tensor_bytes(model, shard)
+    a = _AttnInput(model, shard)
     core_bwd = [n + ".bwd" for n in core] + [n + ".dgrad" for n in core] + [n + ".wgrad" for n in core]
     mlp: list[Step] = _moe_mlp(bwd, "mlp.bwd") or [
         CommStep("tp.ag.mlp.grad", "all_gather", d, overlap=True),
@@ -215,11 +251,11 @@ def _bwd_sp_pipelined(model: ModelSpec, shard: Shard, bwd: list[Kernel], core: l
         CommStep("tp.ag.attn.grad", "all_gather", d, overlap=True),
         ComputeStep("proj.dgrad", _pick(bwd, "proj.dgrad")),
         ComputeStep("attn.bwd", recompute + _pick(bwd, "proj.wgrad", *core_bwd)),
-        CommStep("tp.ag.attn.input", "all_gather", d, overlap=True),
-        ComputeStep("qkv.dgrad", _pick(bwd, "qkv.dgrad")),
-        CommStep("tp.rs.attn.bwd", "reduce_scatter", d, overlap=True),
-        ComputeStep("qkv.wgrad", _pick(bwd, "qkv.wgrad")),
-        ComputeStep("ln1.bwd", _pick(bwd, "ln1.bwd")),
+        CommStep("tp.ag.attn.input", "all_gather", a.saved, overlap=True),
+        ComputeStep("qkv.dgrad", _pick(bwd, *a.bwd(a.cols, ".dgrad"))),
+        CommStep("tp.rs.attn.bwd", "reduce_scatter", a.gathered, overlap=True),
+        ComputeStep("qkv.wgrad", _pick(bwd, *a.bwd(a.cols, ".wgrad"))),
+        ComputeStep("ln1.bwd", _pick(bwd, *a.bwd(a.pre))),
     ]
 
 
