@@ -16,10 +16,12 @@ fp8: the five projections are linears like the MHA block's and run in fp8 with t
 (:func:`simulator.workload.model._linear`); the attention core stays bf16. Megatron-Core's TE
 spec (gpt_layer_specs.py:245-256, 295-310 at d98e8a6) builds q_down and kv_down as ``TELinear``
 after a separate input norm (their casts read the bf16 norm output, each its own copy) and,
-with the latent norms (``qk_layernorm``, True for DeepSeek-V3: NeMo deepseek.py:86 at
-8cfedd7), q_up and kv_up as ``TELayerNormColumnParallelLinear``: the latent norm writes their
-fp8 input (``fused_norm_input``). torchao's Float8Linear swaps every ``nn.Linear`` (torchtitan
-deepseek_v3/model.py:74-83 at b5bcd76: wq_a, wq_b, wkv_a, wkv_b, wo), each cast on its own.
+with the latent norms (``qk_layernorm``, True in NeMo's DeepSeekConfig, which
+DeepSeekV3Config extends: nemo/collections/llm/gpt/model/deepseek.py:86 at 8cfedd7), q_up and
+kv_up as ``TELayerNormColumnParallelLinear``: the latent norm writes their fp8 input
+(``fused_norm_input``). torchao's Float8Linear swaps every ``nn.Linear`` (torchtitan
+models/deepseek_v3/model.py:74-83 at b5bcd76: wq_a, wq_b, wkv_a, wkv_b, wo, whose ``Linear`` is
+an ``nn.Linear``, models/common/linear.py:26), each cast on its own.
 """
 
 from __future__ import annotations
