@@ -40,10 +40,10 @@ def with_mla(fwd: list[Kernel], model: ModelSpec, shard: Shard) -> list[Kernel]:
     """A block's forward kernels with MLA's projections and attention shape (module docstring)."""
     mla = model.mla
     assert mla is not None
-    h, H, T = model.hidden, model.heads, shard.tokens
+    e, h, H, T = shard.elem, model.hidden, model.heads, shard.tokens
     b, s_q, s_k = shard.batch, shard.seq / shard.cp, float(shard.seq)
     dqk, dv = mla.qk_head_dim, mla.v_head_dim
-    e, fused = shard.elem, shard.fp8 is not None and shard.fp8.fused_norm_input  # latent norm + up: one TE module
+    fused = shard.fp8 is not None and shard.fp8.fused_norm_input  # TE: the latent norm and its up-projection are one module
     if mla.q_lora_rank is None:
         query = _linear("q_proj", T, H * dqk, h, shard, "attn")
     else:
