@@ -253,5 +253,5 @@ def test_mla_refuses_what_it_does_not_model() -> None:
     with pytest.raises(InfeasibleError) as err:
         Scenario.model_validate({"model": DEEPSEEK_V3, "cluster": {"node": "dgx-h800", "nodes": 32},
                                  "parallelism": {"pp": 16, "ep": 16, "stage_layers": [3] + [4] * 14 + [2]},
-                                 "training": {"global_batch": 256, "precision": "fp8"}})
-    assert err.value.field == "training.precision"
+                                 "training": {"global_batch": 256, "recompute": "selective-op"}})
+    assert err.value.field == "training.recompute" and "latent attention" in str(err.value)

@@ -122,7 +122,6 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     etp, per_stage = par.expert_tp, world_size // par.pp
     if model.mla is not None:
         unsupported = [(par.cp > 1, "cp > 1", "parallelism.cp"),
-                       (training.precision == "fp8", "fp8", "training.precision"),
                        (training.recompute == "selective-op", "selective-op", "training.recompute"),
                        (model.bias, "bias", "model.bias")]
         for bad, what, field in unsupported:

@@ -26,6 +26,17 @@ parameters. Under sequence parallelism the replicated down-projections' and norm
 are all-reduced over tp once a step (finalize_model_grads.py:416-470; emitted with the
 tied-embedding sync, :meth:`simulator.workload.data_parallel.base.Strategy.end_of_backward`).
 Activation memory keeps the MHA formula.
+
+fp8: the five projections are linears like the MHA block's and run in fp8 with their casts
+(:func:`simulator.workload.model._linear`); the attention core stays bf16. Megatron-Core's TE
+spec (gpt_layer_specs.py:245-256, 295-310 at d98e8a6) builds q_down and kv_down as ``TELinear``
+after a separate input norm (their casts read the bf16 norm output, each its own copy) and,
+with the latent norms (``qk_layernorm``, True in NeMo's DeepSeekConfig, which
+DeepSeekV3Config extends: nemo/collections/llm/gpt/model/deepseek.py:86 at 8cfedd7), q_up and
+kv_up as ``TELayerNormColumnParallelLinear``: the latent norm writes their fp8 input
+(``fused_norm_input``). torchao's Float8Linear swaps every ``nn.Linear`` (torchtitan
+models/deepseek_v3/model.py:74-83 at b5bcd76: wq_a, wq_b, wkv_a, wkv_b, wo, whose ``Linear`` is
+an ``nn.Linear``, models/common/linear.py:26), each cast on its own.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ from dataclasses import replace
 from simulator.costs.attention import AttentionShape
 from simulator.costs.flops import gemm_flops
 from simulator.scenario.spec import ModelSpec
-from simulator.workload.model import Kernel, Shard, _gemm
+from simulator.workload.model import Kernel, Shard, _linear
 
 __all__ = ["with_mla", "mla_tp_names", "mla_tp_bytes"]
 
@@ -65,20 +76,23 @@ def with_mla(fwd: list[Kernel], model: ModelSpec, shard: Shard) -> list[Kernel]:
     """A block's forward kernels with MLA's projections and attention shape (module docstring)."""
     mla = model.mla
     assert mla is not None
-    e, h, T, Tn, p = shard.elem, model.hidden, shard.tokens, shard.norm_tokens, shard.gemm_precision
+    e, h, T, Tn = shard.elem, model.hidden, shard.tokens, shard.norm_tokens
     H = model.heads / shard.tp
     b, s_q, s_k = shard.batch, shard.seq / shard.cp, float(shard.seq)
     dqk, dv = mla.qk_head_dim, mla.v_head_dim
+    fused = shard.fp8 is not None and shard.fp8.fused_norm_input  # TE: the latent norm and its up-projection are one module
     if mla.q_lora_rank is None:
-        query = [_gemm("q_proj", T, H * dqk, h, e, "attn", p)]
+        query = _linear("q_proj", T, H * dqk, h, shard, "attn")
     else:
-        query = [_gemm("q_down", Tn, mla.q_lora_rank, h, e, "attn", p),
-                 _gemm("q_up", T, H * dqk, mla.q_lora_rank, e, "attn", p)]
-    kv = [_gemm("kv_down", Tn, mla.kv_lora_rank + mla.qk_rope_head_dim, h, e, "attn", p),
-          _gemm("kv_up", T, H * (mla.qk_nope_head_dim + dv), mla.kv_lora_rank, e, "attn", p)]
+        query = [*_linear("q_down", Tn, mla.q_lora_rank, h, shard, "attn"),
+                 *_linear("q_up", T, H * dqk, mla.q_lora_rank, shard, "attn", fused_input=fused)]
+    kv = [*_linear("kv_down", Tn, mla.kv_lora_rank + mla.qk_rope_head_dim, h, shard, "attn"),
+          *_linear("kv_up", T, H * (mla.qk_nope_head_dim + dv), mla.kv_lora_rank, shard, "attn", fused_input=fused)]
     causal = 0.5 if model.causal else 1.0
     out: list[Kernel] = []
     for k in fwd:
+        if k.kind == "cast" and k.of in ("qkv", "proj"):  # the MHA linears' fp8 casts: MLA's own come with its linears
+            continue
         if k.name == "qkv":
             out += [*query, *kv]
         elif k.kind == "attention":
@@ -91,7 +105,7 @@ def with_mla(fwd: list[Kernel], model: ModelSpec, shard: Shard) -> list[Kernel]:
         elif k.name == "attn_v" and k.mnk is not None:
             out.append(replace(k, flops=gemm_flops(b * H * s_q, dv, s_k), mnk=(s_q, dv, s_k)))
         elif k.name == "proj":
-            out.append(_gemm("proj", T, h, H * dv, e, "attn", p))
+            out += _linear("proj", T, h, H * dv, shard, "attn")
         else:
             out.append(k)
     return out
