@@ -6,11 +6,14 @@ timed once per (kind, phase), each pass bounded below by the host time to issue 
 compute stream, TP/CP collectives on their streams, joined across the group's simulated
 members. With fusion (:mod:`simulator.workload.fusion`) a run of units between two strategy
 hooks is one compute task with its inner timeline.
+
+:meth:`LayerEmitter.emit_iter` yields each compute task as it is emitted, so that the pipeline
+can interleave two passes step by step (an overlapped forward and backward).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from simulator.costs.compute import ComputeProfile
@@ -89,16 +92,26 @@ class LayerEmitter:
     def emit(self, emit: RankEmitter[Any], chunk: Chunk, units: tuple[int, ...], phase: str, mb: int,
              deps: list[int]) -> int:
         """Emit a run of units (one unit unless fused); returns the task the next one follows."""
-        if self.fuse_layers:
-            return self._emit_macro(emit, chunk, units, phase, mb, deps)
         last = -1
-        for job in self.jobs(units[0], phase):
-            last = self._emit_steps(emit, job, mb, chunk, deps)
-            deps = [last]
+        for task in self.emit_iter(emit, chunk, units, phase, mb, deps):
+            last = task
         return last
 
-    def _emit_steps(self, emit: RankEmitter[Any], job: Job, mb: int, chunk: Chunk, deps: list[int]) -> int:
-        """Emit one layer's steps as tasks; returns the id of its last compute task."""
+    def emit_iter(self, emit: RankEmitter[Any], chunk: Chunk, units: tuple[int, ...], phase: str, mb: int,
+                  deps: list[int]) -> Iterator[int]:
+        """:meth:`emit`, yielding each compute task as it is emitted (the last one is the task
+        the next one follows)."""
+        if self.fuse_layers:
+            yield self._emit_macro(emit, chunk, units, phase, mb, deps)
+            return
+        for job in self.jobs(units[0], phase):
+            last = -1
+            for last in self._emit_steps(emit, job, mb, chunk, deps):
+                yield last
+            deps = [last]
+
+    def _emit_steps(self, emit: RankEmitter[Any], job: Job, mb: int, chunk: Chunk, deps: list[int]) -> Iterator[int]:
+        """Emit one layer's steps as tasks, yielding each compute task (the last one last)."""
         label = job_label(job.kind, job.phase, job.layer)
         layer, phase = job.layer, job.phase
         pending_overlap: int | None = None
@@ -135,10 +148,10 @@ class LayerEmitter:
             deps = [tid] + ([pending_overlap] if pending_overlap is not None else [])
             pending_overlap = None
             last = tid
+            yield tid
         # a trailing overlapped collective must finish before the next layer
         if pending_overlap is not None:
-            last = emit.compute(f"{label}.join", 0.0, [last, pending_overlap])
-        return last
+            yield emit.compute(f"{label}.join", 0.0, [last, pending_overlap])
 
     def _macro(self, units: tuple[int, ...], phase: str) -> Macro:
         """The fused run of ``units`` in ``phase``, built once per run of units (its parts name

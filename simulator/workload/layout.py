@@ -75,6 +75,10 @@ class ModelLayout:
     def chunk_of(self, pp_rank: int, local_chunk: int) -> Chunk:
         return self.chunks[local_chunk * self.scenario.parallelism.pp + pp_rank]
 
+    def rank_of(self, chunk_index: int) -> int:
+        """The pipeline rank holding chunk ``chunk_index`` (module docstring)."""
+        return chunk_index % self.scenario.parallelism.pp
+
     def chunks_of_stage(self, pp_rank: int) -> list[Chunk]:
         par = self.scenario.parallelism
         return [self.chunk_of(pp_rank, c) for c in range(par.virtual_stages)]

@@ -37,7 +37,7 @@ the micro-batch's backward to the step's end.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Any, Literal
 
 from simulator.ir import CommOp, MemDelta, TaskInfo
@@ -49,6 +49,14 @@ from simulator.workload.layout import Chunk, ModelLayout
 from simulator.workload.pipeline.schedules import Action, pipeline_schedule
 
 __all__ = ["PipelineEmitter"]
+
+
+def _drain(tasks: Iterator[int]) -> list[int]:
+    """Run a pass's emission to its end; the task what follows it waits for."""
+    last = -1
+    for task in tasks:
+        last = task
+    return [last]
 
 # a transfer task's stream and name, by direction and what it carries (one string each)
 _P2P_NAMES = {(kind, what): (f"pp.{kind}.{what}", f"{kind}.{what}") for kind in ("send", "recv")
@@ -85,9 +93,12 @@ class PipelineEmitter:
             emit.marker("pp.recv_buffers", [], self._recv_buffers(emit.stage))
         for i, action in enumerate(schedule):
             if action.kind == "F":
-                kept += self._forward(emit, action)
+                deps = self._recv_forward(emit, action)
+                kept += self._send_forward(emit, action, _drain(self._forward_iter(emit, action, deps)))
             else:
-                kept += self._backward(emit, action, last=(last_b[action.chunk] == i))
+                deps = self._recv_backward(emit, action)
+                last = last_b[action.chunk] == i
+                kept += self._send_backward(emit, action, _drain(self._backward_iter(emit, action, deps, last=last)))
         self.strategy.finish_rank(emit)
         if kept:
             emit.marker("pp.output_chunks.clear", [emit.last_compute], tuple(kept))
@@ -96,21 +107,29 @@ class PipelineEmitter:
     def _recv_buffers(self, stage: int) -> tuple[MemDelta, ...]:
         """The receive buffers of a rank's stages, one allocation each (module docstring)."""
         m = self.sc.micro_batches
-        count = sum(m * ((chunk.index > 0) + (not chunk.logits)) for chunk in self.layout.chunks_of_stage(stage))
+        count = sum(m * ((not chunk.embedding) + (not chunk.logits)) for chunk in self.layout.chunks_of_stage(stage))
         return tuple(MemDelta(False, self.p2p_bytes, "buffers") for _ in range(count))
 
     # forward / backward of one chunk for one micro-batch -------------------------------------
 
-    def _forward(self, emit: RankEmitter[Any], action: Action) -> list[MemDelta]:
-        """Emit one forward; returns the frees of what it keeps until the step ends."""
+    def _recv_forward(self, emit: RankEmitter[Any], action: Action) -> list[int]:
+        """The held sends and the receive of the input activations a forward waits for."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
-        mb = action.microbatch
         deps: list[int] = self._release()
-        if chunk.index > 0:
-            deps.append(self._p2p(emit, chunk.index - 1, chunk.index, mb, "act", sending=False, deps=None))
+        if not chunk.embedding:
+            deps.append(self._p2p(emit, chunk.index - 1, chunk.index, action.microbatch, "act", sending=False, deps=None))
             if self.buffers:  # the received buffer becomes the first block's saved input
                 deps = [emit.marker("pp.recv_buffer.in_use", deps, (MemDelta(True, -self.p2p_bytes, "buffers"),))]
-        deps = self._run_units(emit, chunk, self.layout.units_of(chunk), "fwd", mb, deps, last=False)
+        return deps
+
+    def _forward_iter(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> Iterator[int]:
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
+        return self._run_units(emit, chunk, self.layout.units_of(chunk), "fwd", action.microbatch, deps, last=False)
+
+    def _send_forward(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> list[MemDelta]:
+        """Send a forward's output on; returns the frees of what it keeps until the step ends."""
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
+        mb = action.microbatch
         if not chunk.logits:
             self._hold(self._p2p(emit, chunk.index, chunk.index + 1, mb, "act", sending=True, deps=deps))
         if not self.buffers:
@@ -119,22 +138,29 @@ class PipelineEmitter:
         emit.marker("pp.output_chunk", deps, (MemDelta(True, output, "activations"),))
         return [MemDelta(True, -output, "activations")]
 
-    def _backward(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> list[MemDelta]:
-        """Emit one backward; returns the frees of what it keeps until the step ends."""
+    def _recv_backward(self, emit: RankEmitter[Any], action: Action) -> list[int]:
+        """The held sends and the receive of the output gradients a backward waits for."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
-        mb = action.microbatch
         deps: list[int] = self._release()
         if not chunk.logits:
-            deps.append(self._p2p(emit, chunk.index + 1, chunk.index, mb, "grad", sending=False, deps=None))
+            deps.append(self._p2p(emit, chunk.index + 1, chunk.index, action.microbatch, "grad", sending=False, deps=None))
+        return deps
+
+    def _backward_iter(self, emit: RankEmitter[Any], action: Action, deps: list[int], *, last: bool) -> Iterator[int]:
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
         units = list(reversed(self.layout.units_of(chunk)))
-        deps = self._run_units(emit, chunk, units, "bwd", mb, deps, last=last)
+        return self._run_units(emit, chunk, units, "bwd", action.microbatch, deps, last=last)
+
+    def _send_backward(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> list[MemDelta]:
+        """Send a backward's input gradients on; returns the frees of what it keeps until the step ends."""
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
         kept: list[MemDelta] = []
-        if self.buffers and chunk.index > 0:  # the block freed its saved input: the buffer stays, with its .grad
+        if self.buffers and not chunk.embedding:  # the block freed its saved input: the buffer stays, with its .grad
             emit.marker("pp.recv_buffer.idle", deps, (MemDelta(True, self.p2p_bytes, "buffers"),
                                                       MemDelta(True, self.p2p_bytes, "activations")))
             kept.append(MemDelta(True, -self.p2p_bytes, "activations"))
         if not chunk.embedding:
-            self._hold(self._p2p(emit, chunk.index, chunk.index - 1, mb, "grad", sending=True, deps=deps))
+            self._hold(self._p2p(emit, chunk.index, chunk.index - 1, action.microbatch, "grad", sending=True, deps=deps))
         return kept
 
     def _hold(self, send: int) -> None:
@@ -148,16 +174,18 @@ class PipelineEmitter:
         return held
 
     def _run_units(self, emit: RankEmitter[Any], chunk: Chunk, units: list[int], phase: str, mb: int,
-                   deps: list[int], *, last: bool) -> list[int]:
-        """Emit the units of one pass, fused into as few tasks as the strategy's hooks allow."""
+                   deps: list[int], *, last: bool) -> Iterator[int]:
+        """Emit the units of one pass, fused into as few tasks as the strategy's hooks allow,
+        yielding each compute task (the last one last)."""
         for group in self._groups(emit.stage, units, phase, last):
             for unit in group:
                 deps = self.strategy.before(emit, unit, phase, mb, deps)
-            task = self.layers.emit(emit, chunk, tuple(group), phase, mb, deps)
+            task = -1
+            for task in self.layers.emit_iter(emit, chunk, tuple(group), phase, mb, deps):
+                yield task
             deps = [task]
             for unit in group:
                 self.strategy.after(emit, unit, phase, mb, task, last=last)
-        return deps
 
     def _groups(self, stage: int, units: list[int], phase: str, last: bool) -> list[list[int]]:
         """Runs of units with no strategy hook between them (one unit each without fusion); the
@@ -183,7 +211,7 @@ class PipelineEmitter:
     # point-to-point ----------------------------------------------------------------------------
 
     def _peer(self, emit: RankEmitter[Any], rank: int, to_chunk: int) -> int:
-        return emit.mesh.with_stage(rank, to_chunk % self.sc.parallelism.pp)
+        return emit.mesh.with_stage(rank, self.layout.rank_of(to_chunk))
 
     def _p2p_op(self, emit: RankEmitter[Any], src_chunk: int, dst_chunk: int,
                 sending: bool) -> tuple[int, int, CommOp, int]:
