@@ -7,6 +7,9 @@ compute stream, TP/CP collectives on their streams, joined across the group's si
 members. With fusion (:mod:`simulator.workload.fusion`) a run of units between two strategy
 hooks is one compute task with its inner timeline.
 
+Zero-bubble schedules (DualPipe) split a backward in two phases: ``bwd_input`` (every backward
+step without its weight-gradient GEMMs) and ``bwd_weight`` (those GEMMs, run later); the
+stored activations are freed after the second (:func:`~simulator.workload.steps.split_weight_grads`).
 :meth:`LayerEmitter.emit_iter` yields each compute task as it is emitted, so that the pipeline
 can interleave two passes step by step (an overlapped forward and backward).
 """
@@ -25,7 +28,7 @@ from simulator.workload.fusion import CommTime, Job, Macro, fuse, job_label
 from simulator.workload.layout import Chunk, ModelLayout
 from simulator.workload.moe import moe_shape
 from simulator.workload.parallel import layer_steps
-from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, TimedStep, timed
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, TimedStep, split_weight_grads, timed
 
 __all__ = ["LayerEmitter"]
 
@@ -58,6 +61,10 @@ class LayerEmitter:
         """The timed steps of one unit kind (embedding, block, logits) in one phase (``moe``: an MoE block)."""
         key = (kind, phase, moe)
         found = self._steps.get(key)
+        if found is None and phase in ("bwd_input", "bwd_weight"):
+            split = split_weight_grads(self.steps(kind, "bwd", moe))
+            self._steps[(kind, "bwd_input", moe)], self._steps[(kind, "bwd_weight", moe)] = split
+            return split[phase == "bwd_weight"]
         if found is None:
             par, train = self.sc.parallelism, self.sc.training
             spec = LayerSpec(self.sc.model, self.shard, kind, phase, tp_overlap=par.tp_overlap,
@@ -80,11 +87,14 @@ class LayerEmitter:
             transient = self.activations.forward_transient(kind)
             held = self.activations.forward_working_set(kind)  # a block's working set, beside what it keeps
             return [Job(kind, "fwd", layer, self.steps(kind, "fwd", moe), transient, stored - transient, held)]
+        if phase == "bwd_weight":  # the deferred weight gradients: the stored activations go after them
+            return [Job(kind, "wgrad", layer, self.steps(kind, phase, moe), 0.0, -stored)]
         jobs = []
         if kind == "block" and self.sc.training.recompute == "full":
             jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd", moe), 0.0, 0.0))
         workspace = self.activations.workspace(kind)
-        jobs.append(Job(kind, "bwd", layer, self.steps(kind, "bwd", moe), workspace, -(workspace + stored)))
+        kept = stored if phase == "bwd_input" else 0.0
+        jobs.append(Job(kind, "bwd", layer, self.steps(kind, phase, moe), workspace, -(workspace + stored - kept)))
         return jobs
 
     # emission ----------------------------------------------------------------------------------

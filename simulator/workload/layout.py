@@ -4,7 +4,11 @@ The model is cut into *units* executed in order: 0 = the embedding, ``layer + 1`
 transformer block ``layer``, ``layers + 1`` = the final norm, output projection and loss.
 A :class:`Chunk` is one virtual pipeline stage, a contiguous run of blocks plus the
 embedding (first chunk) and the logits (last chunk); pipeline rank ``p`` holds chunks
-``p, p + pp, ...`` (interleaved schedules).
+``p, p + pp, ...`` (interleaved schedules). Under DualPipe the model is held twice, once per
+direction: chunks ``0 .. pp-1`` are the stages of the forward direction (stage ``s`` on rank
+``s``), chunks ``pp .. 2pp-1`` the same stages again for the reverse direction (chunk ``pp + s``
+on rank ``pp - 1 - s``), so each rank holds stage ``r`` and stage ``pp - 1 - r`` and twice a
+1F1B rank's parameters (DeepSeek-V3 technical report, arXiv:2412.19437 §3.2.1 and Table 2).
 """
 
 from __future__ import annotations
@@ -68,20 +72,33 @@ class ModelLayout:
         for i, n in enumerate(counts):
             chunks.append(Chunk(i, tuple(range(start, start + n)), i == 0, i == len(counts) - 1))
             start += n
+        if self.scenario.parallelism.pipeline_schedule == "dualpipe":  # the reverse direction's copy
+            pp = len(counts)
+            chunks += [Chunk(pp + c.index, c.layers, c.embedding, c.logits) for c in chunks]
         self.chunks = chunks
 
     # chunks and units ----------------------------------------------------------------------
 
+    @property
+    def dualpipe(self) -> bool:
+        return self.scenario.parallelism.pipeline_schedule == "dualpipe"
+
     def chunk_of(self, pp_rank: int, local_chunk: int) -> Chunk:
-        return self.chunks[local_chunk * self.scenario.parallelism.pp + pp_rank]
+        pp = self.scenario.parallelism.pp
+        if self.dualpipe and local_chunk == 1:
+            return self.chunks[2 * pp - 1 - pp_rank]
+        return self.chunks[local_chunk * pp + pp_rank]
 
     def rank_of(self, chunk_index: int) -> int:
         """The pipeline rank holding chunk ``chunk_index`` (module docstring)."""
-        return chunk_index % self.scenario.parallelism.pp
+        pp = self.scenario.parallelism.pp
+        if self.dualpipe and chunk_index >= pp:
+            return 2 * pp - 1 - chunk_index
+        return chunk_index % pp
 
     def chunks_of_stage(self, pp_rank: int) -> list[Chunk]:
         par = self.scenario.parallelism
-        return [self.chunk_of(pp_rank, c) for c in range(par.virtual_stages)]
+        return [self.chunk_of(pp_rank, c) for c in range(2 if self.dualpipe else par.virtual_stages)]
 
     def units_of(self, chunk: Chunk) -> list[int]:
         """Units of a chunk in forward order: 0 = embedding, layer + 1, layers + 1 = logits."""

@@ -11,10 +11,21 @@ pass starts only once the transfer is done (Megatron's ``_communicate`` waits on
 isend/irecv and then calls ``torch.cuda.synchronize``, megatron/core/pipeline_parallel/
 p2p_communication.py:350-371 at NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4;
 megatron/p2p_communication.py:131-136 at 77efcccb); otherwise it runs beside the next compute.
-Only the non-interleaved schedules hold: Megatron's interleaved schedule posts the receives of
+Only 1F1B and GPipe hold: Megatron's interleaved schedule posts the receives of
 the next step in the same batch as the sends (``send_forward_backward_recv_forward_backward``,
-schedules.py:819 and 1029 at f2e5db40), which this per-pass emission (a receive posted when its
-pass comes) does not mirror, and holding its sends would wait on receives not yet posted.
+schedules.py:819 and 1029 at f2e5db40), and DualPipe posts receives ahead of the passes that
+need them (``_recv_forward`` before the pass in front, deepseek-ai/DualPipe
+dualpipe/dualpipe.py ``step`` at 3da1bbea), which this per-pass emission (a receive posted when
+its pass comes) does not mirror, and holding their sends would wait on receives not yet posted.
+
+Under DualPipe (:func:`~.schedules.dualpipe`) a rank holds a chunk of each direction; the
+reverse direction's transfers have queues of their own (``pp.send.act.reverse`` ...), as its
+peers are the other neighbours, so neither direction waits behind the other's unmatched
+transfer. A paired forward and backward (``Action.paired``) are emitted step by step in turn
+(:meth:`PipelineEmitter._forward_backward`); a zero-bubble backward's input-gradient half
+(``I``) and its deferred weight gradients (``W``) are emitted as phases ``bwd_input`` and
+``bwd_weight`` of :class:`~simulator.workload.layers.LayerEmitter`, the data-parallel
+strategy's gradient hooks after the latter.
 
 With ``parallelism.pp_microbatch_buffers`` (torch.distributed.pipelining, what torchtitan runs)
 a stage's memory follows ``PipelineStage`` (torch/distributed/pipelining/stage.py at
@@ -83,22 +94,31 @@ class PipelineEmitter:
         par = self.sc.parallelism
         schedule = pipeline_schedule(par.pipeline_schedule, par.pp, emit.stage, self.sc.micro_batches,
                                      par.virtual_stages)
-        last_b = {}
+        last_b = {}  # per chunk: the action that completes its weight gradients
         self._held = []
         for i, action in enumerate(schedule):
-            if action.kind == "B":
+            if action.kind in ("B", "W"):
                 last_b[action.chunk] = i
         kept: list[MemDelta] = []  # pp_microbatch_buffers: the outputs held until the step ends
         if self.buffers:
             emit.marker("pp.recv_buffers", [], self._recv_buffers(emit.stage))
-        for i, action in enumerate(schedule):
+        i = 0
+        while i < len(schedule):
+            action = schedule[i]
+            if action.paired:  # DualPipe's F&B: the two passes interleaved step by step
+                kept += self._forward_backward(emit, action, schedule[i + 1], last=(last_b.get(schedule[i + 1].chunk) == i + 1))
+                i += 2
+                continue
             if action.kind == "F":
                 deps = self._recv_forward(emit, action)
                 kept += self._send_forward(emit, action, _drain(self._forward_iter(emit, action, deps)))
+            elif action.kind == "W":
+                self._weights(emit, action, last=(last_b[action.chunk] == i))
             else:
                 deps = self._recv_backward(emit, action)
-                last = last_b[action.chunk] == i
+                last = last_b.get(action.chunk) == i
                 kept += self._send_backward(emit, action, _drain(self._backward_iter(emit, action, deps, last=last)))
+            i += 1
         self.strategy.finish_rank(emit)
         if kept:
             emit.marker("pp.output_chunks.clear", [emit.last_compute], tuple(kept))
@@ -147,9 +167,11 @@ class PipelineEmitter:
         return deps
 
     def _backward_iter(self, emit: RankEmitter[Any], action: Action, deps: list[int], *, last: bool) -> Iterator[int]:
+        """A full backward (``B``), or its input-gradient half (``I``, weights deferred)."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
         units = list(reversed(self.layout.units_of(chunk)))
-        return self._run_units(emit, chunk, units, "bwd", action.microbatch, deps, last=last)
+        phase = "bwd" if action.kind == "B" else "bwd_input"
+        return self._run_units(emit, chunk, units, phase, action.microbatch, deps, last=last)
 
     def _send_backward(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> list[MemDelta]:
         """Send a backward's input gradients on; returns the frees of what it keeps until the step ends."""
@@ -163,10 +185,32 @@ class PipelineEmitter:
             self._hold(self._p2p(emit, chunk.index, chunk.index - 1, action.microbatch, "grad", sending=True, deps=deps))
         return kept
 
+    def _forward_backward(self, emit: RankEmitter[Any], fwd: Action, bwd: Action, *, last: bool) -> list[MemDelta]:
+        """DualPipe's overlapped F&B chunk: both receives posted, then the forward's and the
+        backward's steps alternately on the compute stream, so that each pass's collectives
+        (the MoE dispatch and combine) run beside the other's compute; both outputs are sent
+        once the pair is done (``_forward_backward_chunk``, deepseek-ai/DualPipe
+        dualpipe/dualpipe.py at 3da1bbea)."""
+        f_iter = self._forward_iter(emit, fwd, self._recv_forward(emit, fwd))
+        b_iter = self._backward_iter(emit, bwd, self._recv_backward(emit, bwd), last=last)
+        live = [f_iter, b_iter]
+        while live:
+            for it in list(live):
+                if next(it, None) is None:
+                    live.remove(it)
+        done = [emit.last_compute]
+        return self._send_forward(emit, fwd, done) + self._send_backward(emit, bwd, done)
+
+    def _weights(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> None:
+        """A deferred weight-gradient pass (``W``); the strategy's gradient hooks follow it."""
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
+        units = list(reversed(self.layout.units_of(chunk)))
+        _drain(self._run_units(emit, chunk, units, "bwd_weight", action.microbatch, self._release(), last=last))
+
     def _hold(self, send: int) -> None:
         """p2p_blocking: the rank's next pass waits for this send (module docstring)."""
         par = self.sc.parallelism
-        if par.p2p_blocking and par.pipeline_schedule != "interleaved":
+        if par.p2p_blocking and par.pipeline_schedule not in ("interleaved", "dualpipe"):
             self._held.append(send)
 
     def _release(self) -> list[int]:
@@ -176,16 +220,18 @@ class PipelineEmitter:
     def _run_units(self, emit: RankEmitter[Any], chunk: Chunk, units: list[int], phase: str, mb: int,
                    deps: list[int], *, last: bool) -> Iterator[int]:
         """Emit the units of one pass, fused into as few tasks as the strategy's hooks allow,
-        yielding each compute task (the last one last)."""
-        for group in self._groups(emit.stage, units, phase, last):
+        yielding each compute task (the last one last). The weight-gradient pass of a
+        zero-bubble schedule takes the strategy's backward hooks; its input-gradient pass none."""
+        hooks = {"bwd_weight": "bwd", "bwd_input": "bwd_input"}.get(phase, phase)
+        for group in self._groups(emit.stage, units, hooks, last):
             for unit in group:
-                deps = self.strategy.before(emit, unit, phase, mb, deps)
+                deps = self.strategy.before(emit, unit, hooks, mb, deps)
             task = -1
             for task in self.layers.emit_iter(emit, chunk, tuple(group), phase, mb, deps):
                 yield task
             deps = [task]
             for unit in group:
-                self.strategy.after(emit, unit, phase, mb, task, last=last)
+                self.strategy.after(emit, unit, hooks, mb, task, last=last)
 
     def _groups(self, stage: int, units: list[int], phase: str, last: bool) -> list[list[int]]:
         """Runs of units with no strategy hook between them (one unit each without fusion); the
@@ -241,4 +287,6 @@ class PipelineEmitter:
         kind: Literal["send", "recv"] = "send" if sending else "recv"
         info = TaskInfo(mb=mb, src=src, dst=dst, src_chunk=src_chunk, dst_chunk=dst_chunk, role=kind)
         stream, name = _P2P_NAMES[kind, what]
+        if src_chunk >= self.sc.parallelism.pp and self.layout.dualpipe:  # the reverse direction's own queue
+            stream += ".reverse"
         return emit.task(stream, name, "pp", comm=comm, join=join, deps=deps or [], info=info)
