@@ -14,6 +14,7 @@ from itertools import pairwise
 import pytest
 
 import simulator
+from simulator.cluster.mesh import mesh_for
 from simulator.errors import InfeasibleError
 from simulator.scenario.spec import Scenario
 from simulator.workload.builder import build_workload
@@ -186,6 +187,28 @@ def test_each_rank_holds_two_chunks_of_states_and_pp_plus_one_activations():
     layout = ModelLayout(_dense(pp, "dualpipe", m))
     assert [[c.index for c in layout.chunks_of_stage(r)] for r in range(pp)] == [[0, 7], [1, 6], [2, 5], [3, 4]]
     assert [layout.rank_of(c) for c in range(2 * pp)] == [0, 1, 2, 3, 3, 2, 1, 0]
+
+
+@pytest.mark.parametrize(("sharding", "shards"), [("none", 1), ("zero1", 2)])
+def test_mirror_ranks_sum_their_copies_gradients(sharding, shards):
+    """Ranks r and pp-1-r hold the same two stages; after the data-parallel reduction each
+    all-reduces the gradients its optimizer steps on with its mirror: pp 4 x dp ``shards`` on
+    one node (16-bit gradients, 2 bytes), rank 1's stages 1 and 2 with rank 2, nbytes =
+    params_of_stage(1) x 2 / dp (ZeRO-1's shard; the whole stage without sharding)."""
+    pp, m = 4, 8
+    sc = Scenario.model_validate(small_scenario(
+        model=TINY, cluster={"node": "dgx-a100", "nodes": 1, "gpus_per_node": pp * shards},
+        parallelism={"pp": pp, "pipeline_schedule": "dualpipe", "sharding": sharding},
+        training={"micro_batch": 8, "global_batch": 8 * m * shards}))
+    sim = simulator.run_simulation(sc)
+    syncs = {r.rank: r for r in sim.rows if r.name == "dualpipe.grad_sync"}
+    layout, mesh = ModelLayout(sc), mesh_for(sc)
+    for rank, row in syncs.items():
+        stage = sim.facts.stage_of[rank]
+        assert row.comm.op == "all_reduce" and row.comm.ranks == 2
+        assert row.comm.nbytes == pytest.approx(layout.params_of_stage(stage) * 2 / shards, rel=1e-12)
+        assert row.comm.group == tuple(sorted({rank, mesh.moved(rank, pp=pp - 1 - stage)}))
+    assert {sim.facts.stage_of[r] for r in syncs} == set(range(pp))
 
 
 MOE = {"name": "tiny MoE", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 5632, "seq_len": 2048,

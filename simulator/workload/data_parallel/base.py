@@ -166,14 +166,24 @@ class Strategy(ABC, Generic[S]):
 
     # shared pieces -------------------------------------------------------------------------
 
-    def end_of_backward(self, emit: RankEmitter[S], deps: list[int]) -> list[int]:
-        """Tied-embedding gradient sync between the first and last stage (Megatron)."""
+    def end_of_backward(self, emit: RankEmitter[S], deps: list[int], updated: float | None = None) -> list[int]:
+        """Tied-embedding gradient sync between the first and last stage (Megatron). Under
+        DualPipe, where ranks r and pp-1-r hold the same two stages (one per direction), the two
+        copies' gradients are summed: an all-reduce between the mirror ranks, after the
+        data-parallel reduction, of the ``updated`` parameters' gradients (what this rank's
+        optimizer steps on: the stage's, or its shard; the reference adds each rank's gradients
+        to its mirror's, deepseek-ai/DualPipe examples/example_dualpipe.py at 3da1bbea)."""
         out = list(deps)
         m = self.scenario.model
         if self.mesh.pp > 1 and m.tied_embeddings and emit.stage in (0, self.mesh.pp - 1):
             nbytes = self.layout.counts.embedding / self.mesh.tp * grad_reduce_bytes(self.scenario)
             out.append(emit.collective(Collective("embedding.grad_sync", "all_reduce", "embedding", nbytes,
                                                   stream="pp", key="step", category="pp"), deps))
+        if self.scenario.parallelism.pipeline_schedule == "dualpipe":
+            numel = self.layout.params_of_stage(emit.stage) if updated is None else updated
+            out.append(emit.collective(Collective("dualpipe.grad_sync", "all_reduce", "dualpipe_mirror",
+                                                  numel * grad_reduce_bytes(self.scenario), stream="pp",
+                                                  key="step", category="pp"), deps))
         return out
 
     def grad_norm(self, emit: RankEmitter[S], group: str, deps: list[int]) -> list[int]:
