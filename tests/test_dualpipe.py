@@ -211,6 +211,27 @@ def test_mirror_ranks_sum_their_copies_gradients(sharding, shards):
     assert {sim.facts.stage_of[r] for r in syncs} == set(range(pp))
 
 
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_deferred_weight_gradients_keep_the_activations_until_they_run(recompute):
+    """A block's split backward frees what a full backward frees, in two parts: the input-gradient
+    half its workspace less what it rebuilt (nothing without recomputation; the whole layer,
+    full_layer bytes, under full recomputation), the weight-gradient half the stored bytes and
+    the rebuilt ones, which the weight GEMMs read."""
+    data = small_scenario(model=TINY, cluster={"node": "dgx-a100", "nodes": 1, "gpus_per_node": 4},
+                          parallelism={"pp": 4, "pipeline_schedule": "dualpipe"},
+                          training={"micro_batch": 8, "global_batch": 64, "recompute": recompute})
+    sc = Scenario.model_validate(data)
+    layers = build_workload(sc, compute_profile(sc.cluster.gpu_spec, None), gpus_per_node=4).layers
+    sizes, unit = layers.activations, 1  # unit 1 = block 0
+    rebuilt = sizes.full_layer if recompute == "full" else 0.0
+    assert sizes.rebuilt == rebuilt
+    full, first, weights = (layers.jobs(unit, phase) for phase in ("bwd", "bwd_input", "bwd_weight"))
+    assert first[-1].mem_end == -(sizes.backward_workspace - rebuilt)
+    assert weights[-1].mem_end == -(sizes.per_layer + rebuilt)
+    assert first[-1].mem_end + weights[-1].mem_end == pytest.approx(full[-1].mem_end, rel=1e-12)
+    assert [j.phase for j in first] == [j.phase for j in full]  # a full recomputation's replay stays in front
+
+
 MOE = {"name": "tiny MoE", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 5632, "seq_len": 2048,
        "vocab": 32000, "mlp": "swiglu", "norm": "rmsnorm", "position_embedding": "rotary", "tied_embeddings": False,
        "bias": False, "dropout": False, "experts": 8, "experts_per_token": 2, "expert_ffn_hidden": 1408,

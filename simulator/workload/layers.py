@@ -9,7 +9,7 @@ hooks is one compute task with its inner timeline.
 
 Zero-bubble schedules (DualPipe) split a backward in two phases: ``bwd_input`` (every backward
 step without its weight-gradient GEMMs) and ``bwd_weight`` (those GEMMs, run later); the
-stored activations are freed after the second (:func:`~simulator.workload.steps.split_weight_grads`).
+stored activations, and those a recomputing backward rebuilt, are freed after the second (:func:`~simulator.workload.steps.split_weight_grads`).
 :meth:`LayerEmitter.emit_iter` yields each compute task as it is emitted, so that the pipeline
 can interleave two passes step by step (an overlapped forward and backward).
 """
@@ -87,13 +87,15 @@ class LayerEmitter:
             transient = self.activations.forward_transient(kind)
             held = self.activations.forward_working_set(kind)  # a block's working set, beside what it keeps
             return [Job(kind, "fwd", layer, self.steps(kind, "fwd", moe), transient, stored - transient, held)]
-        if phase == "bwd_weight":  # the deferred weight gradients: the stored activations go after them
-            return [Job(kind, "wgrad", layer, self.steps(kind, phase, moe), 0.0, -stored)]
+        # a deferred weight-gradient pass frees what the block stored and what its backward rebuilt
+        rebuilt = self.activations.rebuilt if kind == "block" else 0.0
+        if phase == "bwd_weight":
+            return [Job(kind, "wgrad", layer, self.steps(kind, phase, moe), 0.0, -(stored + rebuilt))]
         jobs = []
         if kind == "block" and self.sc.training.recompute == "full":
             jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd", moe), 0.0, 0.0))
         workspace = self.activations.workspace(kind)
-        kept = stored if phase == "bwd_input" else 0.0
+        kept = stored + rebuilt if phase == "bwd_input" else 0.0
         jobs.append(Job(kind, "bwd", layer, self.steps(kind, phase, moe), workspace, -(workspace + stored - kept)))
         return jobs
 
