@@ -53,6 +53,7 @@ LAYOUTS = [
     {"pp": 4, "mb": 2},
     {"pp": 2, "pipeline_schedule": "interleaved", "virtual_stages": 2, "recompute": "full"},
     {"pp": 2, "pipeline_schedule": "gpipe"},
+    {"pp": 2, "pipeline_schedule": "dualpipe"},
     {"tp": 2, "cp": 2, "sequence_parallel": True, "sharding": "zero1"},
 ]
 

@@ -20,7 +20,8 @@ A *process group* is named and varies a set of axes (:data:`GROUPS`), its ranks 
 order. Context-parallel ranks hold the same parameters, so gradients are reduced over dp x
 cp (Megatron's ``dp_cp`` group) and the ``dp_shard`` group includes the cp ranks
 (torchtitan's ``dp_shard_cp`` mesh). The ``embedding`` group joins the first and last
-pipeline stage, which both hold the tied embedding matrix.
+pipeline stage, which both hold the tied embedding matrix; the ``dualpipe_mirror`` group joins
+stage s and stage pp-1-s, which hold the same two chunks under DualPipe.
 
 Expert parallelism is not an axis of its own: as in Megatron-Core (parallel_state.py:871-907
 at d98e8a6, the expert RankGenerator with order tp-ep-dp-pp and the same pp groups as the
@@ -62,7 +63,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 
 # the name of a process group: a key of GROUPS or of _SPECIAL_GROUPS
 Axis = Literal["tp", "cp", "pp", "dp", "dp_cp", "dp_shard", "dp_replicate", "tp_cp", "embedding", "world", "ep", "edp",
-               "etp", "tp_ep"]
+               "etp", "tp_ep", "dualpipe_mirror"]
 
 
 class Mesh:
@@ -247,9 +248,16 @@ def _embedding_group(mesh: Mesh, rank: int) -> tuple[int, ...]:
     return (first,) if first == last else (first, last)
 
 
+def _dualpipe_mirror(mesh: Mesh, rank: int) -> tuple[int, ...]:
+    """A rank and the rank of the mirrored pipeline stage pp-1-stage (DualPipe: the two hold the same stages)."""
+    stage = mesh.stage(rank)
+    return tuple(sorted({rank, mesh.moved(rank, pp=mesh.pp - 1 - stage)}))
+
+
 # groups that are not a product of axes
 _SPECIAL_GROUPS: Mapping[str, Callable[[Mesh, int], tuple[int, ...]]] = {
     "embedding": _embedding_group,
+    "dualpipe_mirror": _dualpipe_mirror,
     "ep": lambda mesh, rank: mesh.expert_group(rank, "ep"),
     "edp": lambda mesh, rank: mesh.expert_group(rank, "edp"),
     "etp": lambda mesh, rank: mesh.expert_group(rank, "etp"),

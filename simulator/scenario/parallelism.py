@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from simulator.errors import ScenarioError
+from simulator.errors import InfeasibleError, ScenarioError
 from simulator.fields import Bytes, Elements, Frozen, NonNegativeElements
 from simulator.scenario.moe import MoeOptions
 from simulator.units import MiB
@@ -30,10 +30,11 @@ __all__ = [
     "ParallelismSpec",
     "OPTION_BLOCKS",
     "drop_foreign_options",
+    "check_dualpipe",
 ]
 
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp", "hsdp", "mics"]
-PipelineSchedule = Literal["gpipe", "1f1b", "interleaved"]
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved", "dualpipe"]
 CpComm = Literal["ring-p2p", "allgather"]
 CpKvHeads = Literal["grouped", "repeated"]
 
@@ -149,7 +150,10 @@ class ParallelismSpec(Frozen):
         "torchtitan: autograd saves the matmul's gathered input)")
     pipeline_schedule: PipelineSchedule = Field(
         "1f1b", description="gpipe (all forwards, then all backwards) | 1f1b (one forward, one backward) | "
-        "interleaved (1F1B over virtual_stages model chunks per rank)")
+        "interleaved (1F1B over virtual_stages model chunks per rank) | dualpipe (DeepSeek-V3: a bidirectional "
+        "pipeline, each rank holding stages r and pp-1-r so twice the parameters, micro-batches fed from both ends, "
+        "each forward overlapped with another micro-batch's backward and weight gradients deferred into the bubbles; "
+        "pp and the micro-batch count even, micro-batches >= 2*pp)")
     virtual_stages: PositiveInt = Field(1, description="model chunks per pipeline rank (interleaved only)")
     stage_layers: list[NonNegativeInt] | None = Field(
         None, description="explicit transformer layers per (virtual) pipeline stage in model order (pp*virtual_stages "
@@ -206,3 +210,26 @@ def drop_foreign_options(parallelism: dict[str, Any]) -> dict[str, Any]:
     read (for tools that change the sharding of an existing scenario, e.g. the search)."""
     sharding = parallelism.get("sharding", "none")
     return {k: v for k, v in parallelism.items() if k not in OPTION_BLOCKS or sharding in OPTION_BLOCKS[k]}
+
+
+def check_dualpipe(par: ParallelismSpec, micro_batches: int) -> None:
+    """DualPipe's requirements as deepseek-ai/DualPipe asserts them (dualpipe/dualpipe.py
+    ``step``: ``num_ranks % 2 == 0``, ``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2``, at
+    3da1bbea53606543d7f5f232338fc58096db30e3; the report, arXiv:2412.19437 §3.2.1, asks only
+    that stages and micro-batches be even, but the public schedule's steady phase needs
+    ``m / 2 >= pp``), and the strategies this model of it covers. Virtual stages and
+    ``stage_layers`` (one entry per stage) are checked with the other schedules."""
+    m = micro_batches
+    if par.pp < 2 or par.pp % 2:
+        raise InfeasibleError(f"the dualpipe schedule needs an even pp >= 2 (pp={par.pp}): each rank pairs "
+                              "stage r with stage pp-1-r", field="parallelism.pp")
+    if m % 2 or m < 2 * par.pp:
+        raise InfeasibleError(
+            f"the dualpipe schedule needs an even micro-batch count >= 2*pp = {2 * par.pp} (half fed from each "
+            f"end); got {m} = global_batch / (micro_batch*dp)", field="training.global_batch")
+    if par.sharding not in ("none", "zero1"):
+        raise InfeasibleError(f"the dualpipe schedule is modelled with sharding none or zero1 (DeepSeek-V3 "
+                              f"trains with ZeRO-1), not {par.sharding}", field="parallelism.sharding")
+    if par.pp_microbatch_buffers:
+        raise InfeasibleError("pp_microbatch_buffers describes torch.distributed.pipelining's schedules, "
+                              "not dualpipe", field="parallelism.pp_microbatch_buffers")

@@ -43,6 +43,7 @@ from simulator.scenario.parallelism import (
     PipelineSchedule,
     Sharding,
     ZeroOptions,
+    check_dualpipe,
 )
 from simulator.scenario.pipeline_layout import stage_layer_counts
 from simulator.scenario.reliability import ReliabilitySpec
@@ -286,6 +287,8 @@ class Scenario(Frozen):
                     f"to be a multiple of pp={par.pp}",
                     field="parallelism.pipeline_schedule",
                 )
+        if par.pipeline_schedule == "dualpipe":
+            check_dualpipe(par, m)
         _ = self.stage_layer_counts  # raises when the layers cannot be split
 
     def _check_sharding(self) -> None:

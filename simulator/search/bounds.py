@@ -77,7 +77,8 @@ def step_bound_s(scenario: Scenario, profile: Any = None) -> float:
     Per micro-batch, a stage runs its layers' forward and backward passes
     (:func:`stage_passes`: compute as the simulator costs it, unhidden tensor- and
     context-parallel traffic at its least possible time). The step is at least ``m`` times
-    that; with 1F1B the first stage also waits, before its first backward, for micro-batch 0
+    that (``m / 2`` under DualPipe, whose micro-batches each pass one of a rank's two chunks);
+    with 1F1B the first stage also waits, before its first backward, for micro-batch 0
     to go through the later stages and back, less the forwards it runs meanwhile. No other
     communication, bubble or the optimizer step: the simulated step is never shorter.
     """
@@ -89,7 +90,9 @@ def bound_from_passes(scenario: Scenario, forward: list[float], backward: list[f
     """:func:`step_bound_s` from the stages' passes (:func:`stage_passes`)."""
     par = scenario.parallelism
     m = scenario.micro_batches
-    bound = m * max(f + b for f, b in zip(forward, backward, strict=True))
+    # a DualPipe rank takes half the micro-batches through each of its two chunks
+    share = 0.5 if par.pipeline_schedule == "dualpipe" else 1.0
+    bound = share * m * max(f + b for f, b in zip(forward, backward, strict=True))
     if par.pp > 1 and par.pipeline_schedule == "1f1b":
         # stage 0 runs p forwards, then waits for micro-batch 0's forward and backward through
         # every later stage before its first backward (Narayanan et al. 2021, Fig. 4)

@@ -34,6 +34,10 @@ _STREAM_NOTES = {
     "pp.recv.act": "activations received from the previous stage",
     "pp.send.grad": "gradients sent to the previous stage",
     "pp.recv.grad": "gradients received from the next stage",
+    "pp.send.act.reverse": "DualPipe's reverse direction: activations sent to its next stage",
+    "pp.recv.act.reverse": "DualPipe's reverse direction: activations received from its previous stage",
+    "pp.send.grad.reverse": "DualPipe's reverse direction: gradients sent to its previous stage",
+    "pp.recv.grad.reverse": "DualPipe's reverse direction: gradients received from its next stage",
     "offload": "copies between the GPU and its host",
 }
 

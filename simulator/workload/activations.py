@@ -105,6 +105,7 @@ class ActivationSizes:
     loss_transient: float = 0.0
     moe_layer: float = 0.0  # an MoE block's stored bytes (per_layer is a dense block's)
     forward_workspace: float = 0.0
+    rebuilt: float = 0.0  # what a block's backward recomputes (full, selective-op), within backward_workspace
 
     @classmethod
     def of(cls, scenario: Scenario) -> ActivationSizes:
@@ -142,7 +143,7 @@ class ActivationSizes:
         forward = forward_workspace_bytes(tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp,
                                           tp=shard.tp, act_bytes=shard.elem, recompute=train.recompute)
         return cls(stored, full, workspace, embedding, logits, loss, transient, moe_layer_bytes(scenario, layer),
-                   forward)
+                   forward, rebuilt)
 
     def stored(self, kind: str, moe: bool = False) -> float:
         """Bytes a unit of ``kind`` stores for its backward (``moe``: an MoE block)."""

@@ -24,7 +24,7 @@ S = TypeVar("S")
 # the communication stream (and CommOp.axis) of each mesh group's collectives
 GROUP_STREAM: dict[str, str] = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp", "dp_shard": "shard",
                                 "dp_replicate": "dp", "tp_cp": "tp", "world": "dp", "ep": "ep",
-                                "edp": "dp", "etp": "ep", "tp_ep": "ep"}
+                                "edp": "dp", "etp": "ep", "tp_ep": "ep", "dualpipe_mirror": "pp"}
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,17 @@ timed once per (kind, phase), each pass bounded below by the host time to issue 
 compute stream, TP/CP collectives on their streams, joined across the group's simulated
 members. With fusion (:mod:`simulator.workload.fusion`) a run of units between two strategy
 hooks is one compute task with its inner timeline.
+
+Zero-bubble schedules (DualPipe) split a backward in two phases: ``bwd_input`` (every backward
+step without its weight-gradient GEMMs) and ``bwd_weight`` (those GEMMs, run later); the
+stored activations, and those a recomputing backward rebuilt, are freed after the second (:func:`~simulator.workload.steps.split_weight_grads`).
+:meth:`LayerEmitter.emit_iter` yields each compute task as it is emitted, so that the pipeline
+can interleave two passes step by step (an overlapped forward and backward).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from simulator.costs.compute import ComputeProfile
@@ -22,7 +28,7 @@ from simulator.workload.fusion import CommTime, Job, Macro, fuse, job_label
 from simulator.workload.layout import Chunk, ModelLayout
 from simulator.workload.moe import moe_shape
 from simulator.workload.parallel import layer_steps
-from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, TimedStep, timed
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, TimedStep, split_weight_grads, timed
 
 __all__ = ["LayerEmitter"]
 
@@ -55,6 +61,10 @@ class LayerEmitter:
         """The timed steps of one unit kind (embedding, block, logits) in one phase (``moe``: an MoE block)."""
         key = (kind, phase, moe)
         found = self._steps.get(key)
+        if found is None and phase in ("bwd_input", "bwd_weight"):
+            split = split_weight_grads(self.steps(kind, "bwd", moe))
+            self._steps[(kind, "bwd_input", moe)], self._steps[(kind, "bwd_weight", moe)] = split
+            return split[phase == "bwd_weight"]
         if found is None:
             par, train = self.sc.parallelism, self.sc.training
             spec = LayerSpec(self.sc.model, self.shard, kind, phase, tp_overlap=par.tp_overlap,
@@ -77,11 +87,16 @@ class LayerEmitter:
             transient = self.activations.forward_transient(kind)
             held = self.activations.forward_working_set(kind)  # a block's working set, beside what it keeps
             return [Job(kind, "fwd", layer, self.steps(kind, "fwd", moe), transient, stored - transient, held)]
+        # a deferred weight-gradient pass frees what the block stored and what its backward rebuilt
+        rebuilt = self.activations.rebuilt if kind == "block" else 0.0
+        if phase == "bwd_weight":
+            return [Job(kind, "wgrad", layer, self.steps(kind, phase, moe), 0.0, -(stored + rebuilt))]
         jobs = []
         if kind == "block" and self.sc.training.recompute == "full":
             jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd", moe), 0.0, 0.0))
         workspace = self.activations.workspace(kind)
-        jobs.append(Job(kind, "bwd", layer, self.steps(kind, "bwd", moe), workspace, -(workspace + stored)))
+        kept = stored + rebuilt if phase == "bwd_input" else 0.0
+        jobs.append(Job(kind, "bwd", layer, self.steps(kind, phase, moe), workspace, -(workspace + stored - kept)))
         return jobs
 
     # emission ----------------------------------------------------------------------------------
@@ -89,16 +104,26 @@ class LayerEmitter:
     def emit(self, emit: RankEmitter[Any], chunk: Chunk, units: tuple[int, ...], phase: str, mb: int,
              deps: list[int]) -> int:
         """Emit a run of units (one unit unless fused); returns the task the next one follows."""
-        if self.fuse_layers:
-            return self._emit_macro(emit, chunk, units, phase, mb, deps)
         last = -1
-        for job in self.jobs(units[0], phase):
-            last = self._emit_steps(emit, job, mb, chunk, deps)
-            deps = [last]
+        for task in self.emit_iter(emit, chunk, units, phase, mb, deps):
+            last = task
         return last
 
-    def _emit_steps(self, emit: RankEmitter[Any], job: Job, mb: int, chunk: Chunk, deps: list[int]) -> int:
-        """Emit one layer's steps as tasks; returns the id of its last compute task."""
+    def emit_iter(self, emit: RankEmitter[Any], chunk: Chunk, units: tuple[int, ...], phase: str, mb: int,
+                  deps: list[int]) -> Iterator[int]:
+        """:meth:`emit`, yielding each compute task as it is emitted (the last one is the task
+        the next one follows)."""
+        if self.fuse_layers:
+            yield self._emit_macro(emit, chunk, units, phase, mb, deps)
+            return
+        for job in self.jobs(units[0], phase):
+            last = -1
+            for last in self._emit_steps(emit, job, mb, chunk, deps):
+                yield last
+            deps = [last]
+
+    def _emit_steps(self, emit: RankEmitter[Any], job: Job, mb: int, chunk: Chunk, deps: list[int]) -> Iterator[int]:
+        """Emit one layer's steps as tasks, yielding each compute task (the last one last)."""
         label = job_label(job.kind, job.phase, job.layer)
         layer, phase = job.layer, job.phase
         pending_overlap: int | None = None
@@ -136,10 +161,10 @@ class LayerEmitter:
             deps = [tid] + ([pending_overlap] if pending_overlap is not None else [])
             pending_overlap = None
             last = tid
+            yield tid
         # a trailing overlapped collective must finish before the next layer
         if pending_overlap is not None:
-            last = emit.compute(f"{label}.join", 0.0, [last, pending_overlap])
-        return last
+            yield emit.compute(f"{label}.join", 0.0, [last, pending_overlap])
 
     def _macro(self, units: tuple[int, ...], phase: str) -> Macro:
         """The fused run of ``units`` in ``phase``, built once per run of units (its parts name

@@ -10,6 +10,11 @@ embedding (first chunk) and the logits (last chunk); pipeline rank ``p`` holds c
 its final norm, output layer and loss, costed as the logits (Megatron-Core
 multi_token_prediction.py:1157-1252 and process_mtp_loss :1012-1030, NVIDIA/Megatron-LM@d98e8a64);
 they run after the last block, before the model's own logits.
+Under DualPipe the model is held twice, once per
+direction: chunks ``0 .. pp-1`` are the stages of the forward direction (stage ``s`` on rank
+``s``), chunks ``pp .. 2pp-1`` the same stages again for the reverse direction (chunk ``pp + s``
+on rank ``pp - 1 - s``), so each rank holds stage ``r`` and stage ``pp - 1 - r`` and twice a
+1F1B rank's parameters (DeepSeek-V3 technical report, arXiv:2412.19437 §3.2.1 and Table 2).
 """
 
 from __future__ import annotations
@@ -75,16 +80,33 @@ class ModelLayout:
         for i, n in enumerate(counts):
             chunks.append(Chunk(i, tuple(range(start, start + n)), i == 0, i == last, m.mtp_layers if i == last else 0))
             start += n
+        if self.scenario.parallelism.pipeline_schedule == "dualpipe":  # the reverse direction's copy
+            pp = len(counts)
+            chunks += [Chunk(pp + c.index, c.layers, c.embedding, c.logits) for c in chunks]
         self.chunks = chunks
 
     # chunks and units ----------------------------------------------------------------------
 
+    @property
+    def dualpipe(self) -> bool:
+        return self.scenario.parallelism.pipeline_schedule == "dualpipe"
+
     def chunk_of(self, pp_rank: int, local_chunk: int) -> Chunk:
-        return self.chunks[local_chunk * self.scenario.parallelism.pp + pp_rank]
+        pp = self.scenario.parallelism.pp
+        if self.dualpipe and local_chunk == 1:
+            return self.chunks[2 * pp - 1 - pp_rank]
+        return self.chunks[local_chunk * pp + pp_rank]
+
+    def rank_of(self, chunk_index: int) -> int:
+        """The pipeline rank holding chunk ``chunk_index`` (module docstring)."""
+        pp = self.scenario.parallelism.pp
+        if self.dualpipe and chunk_index >= pp:
+            return 2 * pp - 1 - chunk_index
+        return chunk_index % pp
 
     def chunks_of_stage(self, pp_rank: int) -> list[Chunk]:
         par = self.scenario.parallelism
-        return [self.chunk_of(pp_rank, c) for c in range(par.virtual_stages)]
+        return [self.chunk_of(pp_rank, c) for c in range(2 if self.dualpipe else par.virtual_stages)]
 
     def units_of(self, chunk: Chunk) -> list[int]:
         """Units of a chunk in forward order: 0 = embedding, layer + 1, the multi-token prediction

@@ -14,7 +14,9 @@ at the moment the first steady-state backward starts (where 1F1B-like schedules 
   Korthikanti et al. 2022) times the micro-batches a schedule holds before its first
   backward (GPipe ``m``; 1F1B ``min(p - stage, m)``; interleaved 1F1B Megatron's warm-up
   ``(p - stage - 1) * 2 + (v - 1) * p`` plus one chunk, capped at ``m * v``, in chunks of
-  ``layers / (p * v)`` layers);
+  ``layers / (p * v)`` layers; DualPipe the forwards of both its chunks that its schedule
+  runs before its first backward, ``p`` on most ranks and ``p + 1`` on the middle two; its
+  peak, ``p + 1`` on every rank as arXiv:2412.19437 Table 2 says, comes later);
 * one layer's backward workspace (the gradients of its largest activations; with ``full``
   recomputation also the layer's recomputed activations, with ``selective-op`` those the
   policy did not keep), the workload's own
@@ -38,6 +40,7 @@ from simulator.workload.activations import ActivationSizes, state_bytes_per_para
 from simulator.workload.builder import CUDA_CONTEXT_BYTES
 from simulator.workload.data_parallel import Strategy, Zero3, expert_sharded_states, strategy_for
 from simulator.workload.layout import Chunk, ModelLayout
+from simulator.workload.pipeline.schedules import pipeline_schedule
 
 __all__ = ["MemoryEstimate", "estimate_peak_memory", "estimate_stage_memory", "in_flight_chunks"]
 
@@ -74,11 +77,23 @@ def in_flight_chunks(schedule: str, pp: int, stage: int, micro_batches: int, vir
     """(micro-batch, chunk) forwards a pipeline rank holds when its first backward starts
     (the schedules of :mod:`simulator.workload.pipeline.schedules`)."""
     m, v = micro_batches, virtual_stages
+    if schedule == "dualpipe":
+        return len(_dualpipe_held(pp, stage, m))
     if schedule == "gpipe":
         return m
     if schedule == "interleaved":
         return min((pp - stage - 1) * 2 + (v - 1) * pp + 1, m * v)
     return min(pp - stage, m)
+
+
+def _dualpipe_held(pp: int, stage: int, micro_batches: int) -> list[int]:
+    """The local chunk of each forward a DualPipe rank runs before its first backward."""
+    held = []
+    for action in pipeline_schedule("dualpipe", pp, stage, micro_batches):
+        if action.kind != "F":
+            break
+        held.append(action.chunk)
+    return held
 
 
 def estimate_peak_memory(scenario: Scenario) -> MemoryEstimate:
@@ -106,6 +121,8 @@ def estimate_stage_memory(scenario: Scenario) -> tuple[MemoryEstimate, ...]:
         last = chunks[0]
         for k in range(held):
             last = chunks[(k // par.pp) % len(chunks)] if par.pipeline_schedule == "interleaved" else chunks[0]
+            if par.pipeline_schedule == "dualpipe":
+                last = chunks[_dualpipe_held(par.pp, stage, scenario.micro_batches)[k]]
             stored += len(last.layers) * per_layer + (embedding if last.embedding else 0.0)
             stored += logits if last.logits else 0.0
             stored += last.mtp * (per_layer + logits)  # a multi-token prediction layer: a block and logits

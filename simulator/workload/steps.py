@@ -30,7 +30,7 @@ from simulator.workload.model import (
 from simulator.workload.moe import MoeShape, with_moe_mlp
 
 __all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "kernel_shape", "base_steps", "attention_core", "split_casts",
-           "op_policy_recompute", "recompute_steps", "block_kernels"]
+           "op_policy_recompute", "recompute_steps", "block_kernels", "split_weight_grads"]
 
 Phase = Literal["fwd", "bwd"]
 
@@ -227,3 +227,34 @@ def timed(steps: list[Step], profile: ComputeProfile, precision: str, attention_
         else:
             out.append(TimedStep(step))
     return out
+
+
+def _is_weight_grad(kernel: Kernel) -> bool:
+    """A weight-gradient GEMM (``qkv.wgrad``, ``experts.fc1.wgrad``) or an fp8 cast feeding one."""
+    return (kernel.of or kernel.name).endswith(".wgrad")
+
+
+def split_weight_grads(steps: list[TimedStep]) -> tuple[list[TimedStep], list[TimedStep]]:
+    """A timed backward split for zero-bubble schedules (Qi et al., "Zero Bubble Pipeline
+    Parallelism", arXiv:2401.10241 §2; DualPipe's ``WeightGradStore``): the input-gradient pass
+    (every step without its weight-gradient kernels; a compute step left empty is dropped, its
+    collectives kept) and the weight-gradient pass (those kernels as one compute step, possibly
+    empty, run later with nothing to wait for on the network). Each kernel keeps its modelled
+    time, so the two passes add up to the backward."""
+    first: list[TimedStep] = []
+    weights: list[tuple[Kernel, KernelInfo]] = []
+    for t in steps:
+        if not isinstance(t.step, ComputeStep):
+            first.append(t)
+            continue
+        pairs = list(zip(t.step.kernels, t.kernels, strict=True))
+        keep = [(k, info) for k, info in pairs if not _is_weight_grad(k)]
+        weights += [(k, info) for k, info in pairs if _is_weight_grad(k)]
+        if keep:
+            first.append(_timed_of(ComputeStep(t.step.name, tuple(k for k, _ in keep)), keep))
+    return first, [_timed_of(ComputeStep("wgrad", tuple(k for k, _ in weights)), weights)]
+
+
+def _timed_of(step: ComputeStep, kernels: list[tuple[Kernel, KernelInfo]]) -> TimedStep:
+    return TimedStep(step, sum(info.time_s for _, info in kernels), sum(k.flops for k, _ in kernels),
+                     tuple(info for _, info in kernels))

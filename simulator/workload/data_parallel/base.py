@@ -166,12 +166,17 @@ class Strategy(ABC, Generic[S]):
 
     # shared pieces -------------------------------------------------------------------------
 
-    def end_of_backward(self, emit: RankEmitter[S], deps: list[int]) -> list[int]:
+    def end_of_backward(self, emit: RankEmitter[S], deps: list[int], updated: float | None = None) -> list[int]:
         """Tied-embedding gradient sync between the first and last stage (Megatron); under
         sequence parallelism the all-reduce over tp of multi-head latent attention's replicated
         down-projections' and latent norms' gradients, each TP rank having seen only its share of
         the tokens (Megatron-Core finalize_model_grads.py:416-470 at d98e8a6, parameters marked
-        sequence_parallel; the layer norms' own, 2h a layer, are not modelled)."""
+        sequence_parallel; the layer norms' own, 2h a layer, are not modelled). Under DualPipe,
+        where ranks r and pp-1-r hold the same two stages (one per direction), the two copies'
+        gradients are summed: an all-reduce between the mirror ranks, after the data-parallel
+        reduction, of the ``updated`` parameters' gradients (what this rank's optimizer steps on:
+        the stage's, or its shard; the reference adds each rank's gradients to its mirror's,
+        deepseek-ai/DualPipe examples/example_dualpipe.py at 3da1bbea)."""
         out = list(deps)
         m = self.scenario.model
         if m.mla is not None and self.mesh.tp > 1 and self.scenario.parallelism.sequence_parallel:
@@ -183,6 +188,11 @@ class Strategy(ABC, Generic[S]):
             nbytes = self.layout.counts.embedding / self.mesh.tp * grad_reduce_bytes(self.scenario)
             out.append(emit.collective(Collective("embedding.grad_sync", "all_reduce", "embedding", nbytes,
                                                   stream="pp", key="step", category="pp"), deps))
+        if self.scenario.parallelism.pipeline_schedule == "dualpipe":
+            numel = self.layout.params_of_stage(emit.stage) if updated is None else updated
+            out.append(emit.collective(Collective("dualpipe.grad_sync", "all_reduce", "dualpipe_mirror",
+                                                  numel * grad_reduce_bytes(self.scenario), stream="pp",
+                                                  key="step", category="pp"), deps))
         return out
 
     def grad_norm(self, emit: RankEmitter[S], group: str, deps: list[int]) -> list[int]:

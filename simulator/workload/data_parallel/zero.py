@@ -299,11 +299,11 @@ class BucketedZero(Strategy[ZeroState]):
             count = 1 if self._overlap else max(1, math.ceil(state.pending / bucket))
             self._reduce(emit, state.pending, count, [emit.last_compute], key="tail")
             state.pending = 0.0
-        deps = self.end_of_backward(emit, [emit.last_compute, *state.comm_tasks])
-        if self.reduces:
-            deps = self.grad_norm(emit, self.grad_axis, deps)
         params = self.layout.params_of_stage(emit.stage)
         shard = self.shard_params(emit.stage) if self._megatron else params / self.dp_ranks
+        deps = self.end_of_backward(emit, [emit.last_compute, *state.comm_tasks], shard)
+        if self.reduces:
+            deps = self.grad_norm(emit, self.grad_axis, deps)
         if self.scenario.parallelism.offload_optimizer:
             deps = self.offload_step(emit, shard, deps)
         else:

@@ -11,10 +11,21 @@ pass starts only once the transfer is done (Megatron's ``_communicate`` waits on
 isend/irecv and then calls ``torch.cuda.synchronize``, megatron/core/pipeline_parallel/
 p2p_communication.py:350-371 at NVIDIA/Megatron-LM@f2e5db402c44ae309aa6448bcb4ae87e8ae0f5f4;
 megatron/p2p_communication.py:131-136 at 77efcccb); otherwise it runs beside the next compute.
-Only the non-interleaved schedules hold: Megatron's interleaved schedule posts the receives of
+Only 1F1B and GPipe hold: Megatron's interleaved schedule posts the receives of
 the next step in the same batch as the sends (``send_forward_backward_recv_forward_backward``,
-schedules.py:819 and 1029 at f2e5db40), which this per-pass emission (a receive posted when its
-pass comes) does not mirror, and holding its sends would wait on receives not yet posted.
+schedules.py:819 and 1029 at f2e5db40), and DualPipe posts receives ahead of the passes that
+need them (``_recv_forward`` before the pass in front, deepseek-ai/DualPipe
+dualpipe/dualpipe.py ``step`` at 3da1bbea), which this per-pass emission (a receive posted when
+its pass comes) does not mirror, and holding their sends would wait on receives not yet posted.
+
+Under DualPipe (:func:`~.schedules.dualpipe`) a rank holds a chunk of each direction; the
+reverse direction's transfers have queues of their own (``pp.send.act.reverse`` ...), as its
+peers are the other neighbours, so neither direction waits behind the other's unmatched
+transfer. A paired forward and backward (``Action.paired``) are emitted step by step in turn
+(:meth:`PipelineEmitter._forward_backward`); a zero-bubble backward's input-gradient half
+(``I``) and its deferred weight gradients (``W``) are emitted as phases ``bwd_input`` and
+``bwd_weight`` of :class:`~simulator.workload.layers.LayerEmitter`, the data-parallel
+strategy's gradient hooks after the latter.
 
 With ``parallelism.pp_microbatch_buffers`` (torch.distributed.pipelining, what torchtitan runs)
 a stage's memory follows ``PipelineStage`` (torch/distributed/pipelining/stage.py at
@@ -48,7 +59,7 @@ at its end (on Llama 3.1 405B at tp 8, 8 micro-batches of 32,768 tokens: 8 * 327
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Any, Literal
 
 from simulator.ir import CommOp, MemDelta, TaskInfo
@@ -60,6 +71,14 @@ from simulator.workload.layout import Chunk, ModelLayout
 from simulator.workload.pipeline.schedules import Action, pipeline_schedule
 
 __all__ = ["PipelineEmitter"]
+
+
+def _drain(tasks: Iterator[int]) -> list[int]:
+    """Run a pass's emission to its end; the task what follows it waits for."""
+    last = -1
+    for task in tasks:
+        last = task
+    return [last]
 
 # a transfer task's stream and name, by direction and what it carries (one string each)
 _P2P_NAMES = {(kind, what): (f"pp.{kind}.{what}", f"{kind}.{what}") for kind in ("send", "recv")
@@ -86,19 +105,31 @@ class PipelineEmitter:
         par = self.sc.parallelism
         schedule = pipeline_schedule(par.pipeline_schedule, par.pp, emit.stage, self.sc.micro_batches,
                                      par.virtual_stages)
-        last_b = {}
+        last_b = {}  # per chunk: the action that completes its weight gradients
         self._held = []
         for i, action in enumerate(schedule):
-            if action.kind == "B":
+            if action.kind in ("B", "W"):
                 last_b[action.chunk] = i
         kept: list[MemDelta] = []  # pp_microbatch_buffers: the outputs held until the step ends
         if self.buffers:
             emit.marker("pp.recv_buffers", [], self._recv_buffers(emit.stage))
-        for i, action in enumerate(schedule):
+        i = 0
+        while i < len(schedule):
+            action = schedule[i]
+            if action.paired:  # DualPipe's F&B: the two passes interleaved step by step
+                kept += self._forward_backward(emit, action, schedule[i + 1], last=(last_b.get(schedule[i + 1].chunk) == i + 1))
+                i += 2
+                continue
             if action.kind == "F":
-                kept += self._forward(emit, action)
+                deps = self._recv_forward(emit, action)
+                kept += self._send_forward(emit, action, _drain(self._forward_iter(emit, action, deps)))
+            elif action.kind == "W":
+                self._weights(emit, action, last=(last_b[action.chunk] == i))
             else:
-                kept += self._backward(emit, action, last=(last_b[action.chunk] == i))
+                deps = self._recv_backward(emit, action)
+                last = last_b.get(action.chunk) == i
+                kept += self._send_backward(emit, action, _drain(self._backward_iter(emit, action, deps, last=last)))
+            i += 1
         if self.buffers and any(c.logits for c in self.layout.chunks_of_stage(emit.stage)):
             self._merge_outputs(emit)
         self.strategy.finish_rank(emit)
@@ -122,21 +153,29 @@ class PipelineEmitter:
     def _recv_buffers(self, stage: int) -> tuple[MemDelta, ...]:
         """The receive buffers of a rank's stages, one allocation each (module docstring)."""
         m = self.sc.micro_batches
-        count = sum(m * ((chunk.index > 0) + (not chunk.logits)) for chunk in self.layout.chunks_of_stage(stage))
+        count = sum(m * ((not chunk.embedding) + (not chunk.logits)) for chunk in self.layout.chunks_of_stage(stage))
         return tuple(MemDelta(False, self.p2p_bytes, "buffers") for _ in range(count))
 
     # forward / backward of one chunk for one micro-batch -------------------------------------
 
-    def _forward(self, emit: RankEmitter[Any], action: Action) -> list[MemDelta]:
-        """Emit one forward; returns the frees of what it keeps until the step ends."""
+    def _recv_forward(self, emit: RankEmitter[Any], action: Action) -> list[int]:
+        """The held sends and the receive of the input activations a forward waits for."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
-        mb = action.microbatch
         deps: list[int] = self._release()
-        if chunk.index > 0:
-            deps.append(self._p2p(emit, chunk.index - 1, chunk.index, mb, "act", sending=False, deps=None))
+        if not chunk.embedding:
+            deps.append(self._p2p(emit, chunk.index - 1, chunk.index, action.microbatch, "act", sending=False, deps=None))
             if self.buffers:  # the received buffer becomes the first block's saved input
                 deps = [emit.marker("pp.recv_buffer.in_use", deps, (MemDelta(True, -self.p2p_bytes, "buffers"),))]
-        deps = self._run_units(emit, chunk, self.layout.units_of(chunk), "fwd", mb, deps, last=False)
+        return deps
+
+    def _forward_iter(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> Iterator[int]:
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
+        return self._run_units(emit, chunk, self.layout.units_of(chunk), "fwd", action.microbatch, deps, last=False)
+
+    def _send_forward(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> list[MemDelta]:
+        """Send a forward's output on; returns the frees of what it keeps until the step ends."""
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
+        mb = action.microbatch
         if not chunk.logits:
             self._hold(self._p2p(emit, chunk.index, chunk.index + 1, mb, "act", sending=True, deps=deps))
         if not self.buffers:
@@ -145,28 +184,59 @@ class PipelineEmitter:
         emit.marker("pp.output_chunk", deps, (MemDelta(True, output, "activations"),))
         return [MemDelta(True, -output, "activations")]
 
-    def _backward(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> list[MemDelta]:
-        """Emit one backward; returns the frees of what it keeps until the step ends."""
+    def _recv_backward(self, emit: RankEmitter[Any], action: Action) -> list[int]:
+        """The held sends and the receive of the output gradients a backward waits for."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
-        mb = action.microbatch
         deps: list[int] = self._release()
         if not chunk.logits:
-            deps.append(self._p2p(emit, chunk.index + 1, chunk.index, mb, "grad", sending=False, deps=None))
+            deps.append(self._p2p(emit, chunk.index + 1, chunk.index, action.microbatch, "grad", sending=False, deps=None))
+        return deps
+
+    def _backward_iter(self, emit: RankEmitter[Any], action: Action, deps: list[int], *, last: bool) -> Iterator[int]:
+        """A full backward (``B``), or its input-gradient half (``I``, weights deferred)."""
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
         units = list(reversed(self.layout.units_of(chunk)))
-        deps = self._run_units(emit, chunk, units, "bwd", mb, deps, last=last)
+        phase = "bwd" if action.kind == "B" else "bwd_input"
+        return self._run_units(emit, chunk, units, phase, action.microbatch, deps, last=last)
+
+    def _send_backward(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> list[MemDelta]:
+        """Send a backward's input gradients on; returns the frees of what it keeps until the step ends."""
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
         kept: list[MemDelta] = []
-        if self.buffers and chunk.index > 0:  # the block freed its saved input: the buffer stays, with its .grad
+        if self.buffers and not chunk.embedding:  # the block freed its saved input: the buffer stays, with its .grad
             emit.marker("pp.recv_buffer.idle", deps, (MemDelta(True, self.p2p_bytes, "buffers"),
                                                       MemDelta(True, self.p2p_bytes, "activations")))
             kept.append(MemDelta(True, -self.p2p_bytes, "activations"))
         if not chunk.embedding:
-            self._hold(self._p2p(emit, chunk.index, chunk.index - 1, mb, "grad", sending=True, deps=deps))
+            self._hold(self._p2p(emit, chunk.index, chunk.index - 1, action.microbatch, "grad", sending=True, deps=deps))
         return kept
+
+    def _forward_backward(self, emit: RankEmitter[Any], fwd: Action, bwd: Action, *, last: bool) -> list[MemDelta]:
+        """DualPipe's overlapped F&B chunk: both receives posted, then the forward's and the
+        backward's steps alternately on the compute stream, so that each pass's collectives
+        (the MoE dispatch and combine) run beside the other's compute; both outputs are sent
+        once the pair is done (``_forward_backward_chunk``, deepseek-ai/DualPipe
+        dualpipe/dualpipe.py at 3da1bbea)."""
+        f_iter = self._forward_iter(emit, fwd, self._recv_forward(emit, fwd))
+        b_iter = self._backward_iter(emit, bwd, self._recv_backward(emit, bwd), last=last)
+        live = [f_iter, b_iter]
+        while live:
+            for it in list(live):
+                if next(it, None) is None:
+                    live.remove(it)
+        done = [emit.last_compute]
+        return self._send_forward(emit, fwd, done) + self._send_backward(emit, bwd, done)
+
+    def _weights(self, emit: RankEmitter[Any], action: Action, *, last: bool) -> None:
+        """A deferred weight-gradient pass (``W``); the strategy's gradient hooks follow it."""
+        chunk = self.layout.chunk_of(emit.stage, action.chunk)
+        units = list(reversed(self.layout.units_of(chunk)))
+        _drain(self._run_units(emit, chunk, units, "bwd_weight", action.microbatch, self._release(), last=last))
 
     def _hold(self, send: int) -> None:
         """p2p_blocking: the rank's next pass waits for this send (module docstring)."""
         par = self.sc.parallelism
-        if par.p2p_blocking and par.pipeline_schedule != "interleaved":
+        if par.p2p_blocking and par.pipeline_schedule not in ("interleaved", "dualpipe"):
             self._held.append(send)
 
     def _release(self) -> list[int]:
@@ -174,16 +244,20 @@ class PipelineEmitter:
         return held
 
     def _run_units(self, emit: RankEmitter[Any], chunk: Chunk, units: list[int], phase: str, mb: int,
-                   deps: list[int], *, last: bool) -> list[int]:
-        """Emit the units of one pass, fused into as few tasks as the strategy's hooks allow."""
-        for group in self._groups(emit.stage, units, phase, last):
+                   deps: list[int], *, last: bool) -> Iterator[int]:
+        """Emit the units of one pass, fused into as few tasks as the strategy's hooks allow,
+        yielding each compute task (the last one last). The weight-gradient pass of a
+        zero-bubble schedule takes the strategy's backward hooks; its input-gradient pass none."""
+        hooks = {"bwd_weight": "bwd", "bwd_input": "bwd_input"}.get(phase, phase)
+        for group in self._groups(emit.stage, units, hooks, last):
             for unit in group:
-                deps = self.strategy.before(emit, unit, phase, mb, deps)
-            task = self.layers.emit(emit, chunk, tuple(group), phase, mb, deps)
+                deps = self.strategy.before(emit, unit, hooks, mb, deps)
+            task = -1
+            for task in self.layers.emit_iter(emit, chunk, tuple(group), phase, mb, deps):
+                yield task
             deps = [task]
             for unit in group:
-                self.strategy.after(emit, unit, phase, mb, task, last=last)
-        return deps
+                self.strategy.after(emit, unit, hooks, mb, task, last=last)
 
     def _groups(self, stage: int, units: list[int], phase: str, last: bool) -> list[list[int]]:
         """Runs of units with no strategy hook between them (one unit each without fusion); the
@@ -209,7 +283,7 @@ class PipelineEmitter:
     # point-to-point ----------------------------------------------------------------------------
 
     def _peer(self, emit: RankEmitter[Any], rank: int, to_chunk: int) -> int:
-        return emit.mesh.with_stage(rank, to_chunk % self.sc.parallelism.pp)
+        return emit.mesh.with_stage(rank, self.layout.rank_of(to_chunk))
 
     def _p2p_op(self, emit: RankEmitter[Any], src_chunk: int, dst_chunk: int,
                 sending: bool) -> tuple[int, int, CommOp, int]:
@@ -239,4 +313,6 @@ class PipelineEmitter:
         kind: Literal["send", "recv"] = "send" if sending else "recv"
         info = TaskInfo(mb=mb, src=src, dst=dst, src_chunk=src_chunk, dst_chunk=dst_chunk, role=kind)
         stream, name = _P2P_NAMES[kind, what]
+        if src_chunk >= self.sc.parallelism.pp and self.layout.dualpipe:  # the reverse direction's own queue
+            stream += ".reverse"
         return emit.task(stream, name, "pp", comm=comm, join=join, deps=deps or [], info=info)
