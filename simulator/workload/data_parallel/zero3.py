@@ -50,6 +50,7 @@ class Zero3(Strategy[GatherState]):
     shard_axis: str = "dp"
     gather_stream: str = "shard"
     reduce_stream: str = "dp"
+    _windows: dict[int, int] = field(init=False, default_factory=dict, repr=False)  # stage -> gather window
 
     def __post_init__(self) -> None:
         if self.mesh.cp > 1 and self.shard_axis == "dp":
@@ -119,10 +120,15 @@ class Zero3(Strategy[GatherState]):
 
     def gather_window(self, stage: int) -> int:
         """How many units may be gathered ahead of the compute: stage3_max_live_parameters
-        elements, at least one unit (the CPU issues gathers ahead of the GPU, bounded by it)."""
-        largest = max((self.gathered_numel(stage, u) for u in {p.unit for p in self.layout.stage_params(stage)}),
-                      default=1.0)
-        return max(1, int(self.scenario.parallelism.zero.max_live_parameters // max(largest, 1.0)))
+        elements, at least one unit (the CPU issues gathers ahead of the GPU, bounded by it).
+        Worked out once per stage (every all-gather asks)."""
+        found = self._windows.get(stage)
+        if found is None:
+            largest = max((self.gathered_numel(stage, u) for u in {p.unit for p in self.layout.stage_params(stage)}),
+                          default=1.0)
+            found = self._windows[stage] = max(1, int(self.scenario.parallelism.zero.max_live_parameters
+                                                      // max(largest, 1.0)))
+        return found
 
     def limiter_deps(self, state: GatherState, stage: int) -> list[int]:
         """An all-gather waits for the compute ``gather_window`` units back to finish (its
