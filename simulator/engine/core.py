@@ -6,6 +6,11 @@ stream's cursor and its dependency count has reached zero. Compute tasks end aft
 duration; communication tasks join their peers (same ``join`` key) and hand the transfer
 to the network model (:class:`~simulator.engine.network.NetworkModel`). Task start and end times are the
 engine's output ("record, don't render"): results and traces are derived from them.
+
+Everything a task's start and end look up is worked out once per run, by task index in
+plain lists (its stream, its join as a number, its rank, whether it is a collective that
+slows compute), so an event hashes no tuple and walks no task object: a run without
+symmetry handles half a million tasks.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ class EngineRun:
     events: int
 
 
-@dataclass(eq=False)  # compared by identity: one entry per running task
+@dataclass(eq=False, slots=True)  # compared by identity: one entry per running task
 class _Running:
     """A compute task in progress: remaining work (seconds at full speed) and its current rate."""
 
@@ -61,29 +66,53 @@ class Engine:
         self.resolver = resolver
         self.network = network
         self.env = network.env
-        n = len(program.tasks)
+        tasks = program.tasks
+        n = len(tasks)
         self.start: list[float] = [-1.0] * n
         self.end: list[float] = [-1.0] * n
-        self.pending = [len(t.deps) for t in program.tasks]
+        self.pending = [len(t.deps) for t in tasks]
         self.dependents: list[list[int]] = [[] for _ in range(n)]
-        for task in program.tasks:
+        # per task: its stream (by index), its join (by index, -1 none), its rank, and whether it
+        # is a collective that takes SMs (counted per rank while in flight)
+        streams: dict[tuple[int, str], int] = {}
+        joins: dict[Hashable, int] = {}
+        join_size = program.join_size
+        self._queue: list[list[int]] = []  # per stream: its tasks in issue order
+        self._join_size: list[int] = []
+        self._stream = stream_of = [0] * n
+        self._join = join_of = [-1] * n
+        self._rank = [t.rank for t in tasks]
+        self._holds_sms = [t.comm is not None and not is_host_copy(t.comm.op) for t in tasks]
+        dependents = self.dependents
+        for task in tasks:
+            t = task.id
             for d in task.deps:
-                self.dependents[d].append(task.id)
-        self.queues = program.streams()
-        # streams by index: a task's stream, each stream's queue and cursor (no tuple hashing per event)
-        index_of = {key: i for i, key in enumerate(self.queues)}
-        self._queue = list(self.queues.values())
+                dependents[d].append(t)
+            key = (task.rank, task.stream)
+            s = streams.get(key)
+            if s is None:
+                s = streams[key] = len(self._queue)
+                self._queue.append([])
+            self._queue[s].append(t)
+            stream_of[t] = s
+            if task.join is not None:
+                j = joins.get(task.join)
+                if j is None:
+                    j = joins[task.join] = len(self._join_size)
+                    self._join_size.append(join_size[task.join])
+                join_of[t] = j
         self._cursor = [0] * len(self._queue)
-        self._stream = [index_of[(t.rank, t.stream)] for t in program.tasks]
-        self._join = [t.join for t in program.tasks]
-        self._joined = [False] * n  # arrived at its join, waiting for its peers
-        self.arrived: dict[Hashable, list[int]] = {}
+        self._arrived: list[list[int] | None] = [None] * len(self._join_size)  # per join: its tasks so far
+        self._seen = [False] * n  # arrived at its stream's head ready (started, or waiting at its join)
         self.resolved: dict[int, Resolved] = {}
         self.events = 0
         self.slowdown = slowdown
-        self.in_flight: dict[int, int] = {}
+        size = max(self._rank, default=-1) + 1
+        self._in_flight = [0] * size  # per rank: collectives in flight
         self.running: dict[int, list[_Running]] = {}  # rank -> compute tasks in progress
-        self.durations = durations if durations is not None else [t.duration_s for t in program.tasks]
+        self._rate_alone = compute_rate(slowdown, False)
+        self._rate_beside = compute_rate(slowdown, True)
+        self.durations = durations if durations is not None else [t.duration_s for t in tasks]
 
     # -- running -------------------------------------------------------------------------
 
@@ -121,51 +150,63 @@ class Engine:
         index = self._cursor[stream]
         if index < len(queue):
             task_id = queue[index]
-            if self.pending[task_id] == 0 and self.start[task_id] < 0 and not self._joined[task_id]:
+            if self.pending[task_id] == 0 and not self._seen[task_id]:
                 self._ready(task_id)
 
     def _ready(self, task_id: int) -> None:
+        """``task_id`` is at its stream's head with its dependencies done: start it, or wait at
+        its join until every task of the join is ready (then start them together, in the order
+        they arrived)."""
+        self._seen[task_id] = True
         join = self._join[task_id]
-        if join is None:
+        if join < 0:
             self._begin([task_id])
             return
-        members = self.arrived.setdefault(join, [])
-        members.append(task_id)
-        self._joined[task_id] = True
-        if len(members) == self.program.join_size[join]:
-            del self.arrived[join]
+        members = self._arrived[join]
+        if members is None:
+            members = self._arrived[join] = [task_id]
+        else:
+            members.append(task_id)
+        if len(members) == self._join_size[join]:
+            self._arrived[join] = None
             self._begin(members)
 
     def _begin(self, task_ids: list[int]) -> None:
         now = self.env.now
         self.events += 1
+        start = self.start
         for t in task_ids:
-            self.start[t] = now
+            start[t] = now
         lead = self.program.tasks[task_ids[0]]
-        if lead.comm is None:
+        comm = lead.comm
+        if comm is None:
             durations = self.durations
-            duration = durations[task_ids[0]] if len(task_ids) == 1 else max(durations[t] for t in task_ids)
+            duration = durations[task_ids[0]] if len(task_ids) == 1 else max([durations[t] for t in task_ids])
             if lead.category == "compute" and duration > 0 and self.slowdown > 0:
-                self._start_compute(task_ids, duration)
+                self._start_compute(lead.rank, task_ids, duration)
                 return
-            timeout = self.env.timeout(duration)
-            timeout.callbacks.append(lambda _e: self._finish(task_ids))
+            self.env.timeout(duration).callbacks.append(lambda _e: self._finish(task_ids))
             return
-        resolved = self.resolver.resolve(lead.comm)
+        resolved = self.resolver.resolve(comm)
+        resolved_of = self.resolved
         for t in task_ids:
-            self.resolved[t] = resolved
-        if not is_host_copy(lead.comm.op):  # copy engines, not SMs
+            resolved_of[t] = resolved
+        if self._holds_sms[task_ids[0]]:  # copy engines for host copies, not SMs
+            in_flight, rank_of, slowdown = self._in_flight, self._rank, self.slowdown
             for t in task_ids:
-                self._comm_started(self.program.tasks[t].rank)
+                rank = rank_of[t]
+                count = in_flight[rank]
+                in_flight[rank] = count + 1
+                if count == 0 and slowdown > 0:
+                    self._rate_changed(rank)
         self.network.transfer(resolved, lambda: self._finish(task_ids))
 
     # -- compute slowed by collectives in flight on the same GPU --------------------------------
 
     def _rate(self, rank: int) -> float:
-        return compute_rate(self.slowdown, self.in_flight.get(rank, 0) > 0)
+        return self._rate_beside if self._in_flight[rank] > 0 else self._rate_alone
 
-    def _start_compute(self, task_ids: list[int], duration: float) -> None:
-        rank = self.program.tasks[task_ids[0]].rank
+    def _start_compute(self, rank: int, task_ids: list[int], duration: float) -> None:
         run = _Running(task_ids, duration, self.env.now, self._rate(rank))
         self.running.setdefault(rank, []).append(run)
         self._schedule_compute(rank, run)
@@ -183,33 +224,27 @@ class Engine:
         self._finish(run.task_ids)
 
     def _rate_changed(self, rank: int) -> None:
+        runs = self.running.get(rank)
+        if not runs:
+            return
         now = self.env.now
         rate = self._rate(rank)
-        for run in self.running.get(rank, ()):
+        for run in runs:
             run.work = max(0.0, run.work - (now - run.since) * run.rate)
             run.since = now
             run.rate = rate
             self._schedule_compute(rank, run)
 
-    def _comm_started(self, rank: int) -> None:
-        count = self.in_flight.get(rank, 0)
-        self.in_flight[rank] = count + 1
-        if count == 0 and self.slowdown > 0:
-            self._rate_changed(rank)
-
-    def _comm_ended(self, rank: int) -> None:
-        count = self.in_flight[rank] - 1
-        self.in_flight[rank] = count
-        if count == 0 and self.slowdown > 0:
-            self._rate_changed(rank)
-
     def _finish(self, task_ids: list[int]) -> None:
         now = self.env.now
-        tasks = self.program.tasks
-        lead = tasks[task_ids[0]]
-        if lead.comm is not None and not is_host_copy(lead.comm.op):
+        if self._holds_sms[task_ids[0]]:
+            in_flight, rank_of, slowdown = self._in_flight, self._rank, self.slowdown
             for t in task_ids:
-                self._comm_ended(tasks[t].rank)
+                rank = rank_of[t]
+                count = in_flight[rank] - 1
+                in_flight[rank] = count
+                if count == 0 and slowdown > 0:
+                    self._rate_changed(rank)
         end, cursor, stream_of, pending, dependents = self.end, self._cursor, self._stream, self.pending, self.dependents
         touched: list[int] = []
         for t in task_ids:
@@ -221,12 +256,24 @@ class Engine:
                 pending[d] -= 1
                 if pending[d] == 0:
                     touched.append(stream_of[d])
-        # _try_head of each touched stream, inlined (the engine's most frequent call)
-        queues, start, joined = self._queue, self.start, self._joined
+        # _try_head and _ready of each touched stream, inlined (the engine's most frequent calls)
+        queues, seen, join_of, arrived, join_size = self._queue, self._seen, self._join, self._arrived, self._join_size
         for stream in touched:
             queue = queues[stream]
             index = cursor[stream]
             if index < len(queue):
                 task_id = queue[index]
-                if pending[task_id] == 0 and start[task_id] < 0 and not joined[task_id]:
-                    self._ready(task_id)
+                if pending[task_id] == 0 and not seen[task_id]:
+                    seen[task_id] = True
+                    join = join_of[task_id]
+                    if join < 0:
+                        self._begin([task_id])
+                        continue
+                    members = arrived[join]
+                    if members is None:
+                        members = arrived[join] = [task_id]
+                    else:
+                        members.append(task_id)
+                    if len(members) == join_size[join]:
+                        arrived[join] = None
+                        self._begin(members)
