@@ -40,7 +40,7 @@ __all__ = ["FlowNetwork"]
 _TOL = 1e-9  # relative: a link is saturated, a flow has finished
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class _Entity:
     """A phase in progress: bytes left per flow, current per-flow rate (bytes/s) since ``last``;
     ``kind``: entities of one kind load the same classes with the same flows and cap."""
@@ -64,24 +64,32 @@ class FlowNetwork(PhasedNetwork):
         super().__init__(env, capacity_bytes_per_s, record_series=record_series)
         self._entities: dict[int, _Entity] = {}
         self._components = Components(len(self.capacity_bytes_per_s))
-        self._kinds: dict[tuple[bytes, bytes, float], tuple[int, np.ndarray]] = {}
+        self._kinds: dict[tuple[bytes, bytes, float], tuple[int, list[int]]] = {}
+        self._kind_of: dict[int, tuple[PhaseLoad, int, list[int]]] = {}  # id(load) -> (load, kind, distinct classes)
         self._dirty: set[int] = set()
         self._pending = False
         self._next_id = 0
 
     def move_bytes(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
         now = self.env.now
-        classes = np.asarray(load.classes)
-        signature = (classes.tobytes(), np.asarray(load.flows, dtype=float).tobytes(), float(load.rate_cap))
-        found = self._kinds.get(signature)
-        if found is None:  # a new kind: its distinct classes, for the components
-            found = self._kinds[signature] = (len(self._kinds), np.unique(classes))
-        kind, distinct = found
+        found = self._kind_of.get(id(load))
+        if found is None or found[0] is not load:
+            found = self._kind_of[id(load)] = (load, *self._kind(load))
+        _, kind, distinct = found
         entity = _Entity(self._next_id, load, load.bytes_per_flow, bytes_done, kind, last=now, started=now)
         self._next_id += 1
         self._entities[entity.id] = entity
         self._components.add(entity.id, distinct)
         self._mark_dirty(entity.id)
+
+    def _kind(self, load: PhaseLoad) -> tuple[int, list[int]]:
+        """The kind of ``load`` (same classes, flows and cap: same kind) and its distinct classes."""
+        classes = np.asarray(load.classes)
+        signature = (classes.tobytes(), np.asarray(load.flows, dtype=float).tobytes(), float(load.rate_cap))
+        found = self._kinds.get(signature)
+        if found is None:  # a new kind: its distinct classes, for the components
+            found = self._kinds[signature] = (len(self._kinds), np.unique(classes).tolist())
+        return found
 
     # -- max-min fair sharing ----------------------------------------------------------------
 
@@ -205,8 +213,8 @@ class FlowNetwork(PhasedNetwork):
         entity.last = now
         del self._entities[entity.id]
         comp, shared = self._components.remove(entity.id)
-        if comp is not None:  # what is left of its component gets new rates
-            self._mark_dirty(min(self._components.members[comp]))
+        if comp is not None:  # what is left of its component gets new rates (any member stands for it)
+            self._mark_dirty(next(iter(self._components.members[comp])))
         if self.record_series and not shared:
             self._snapshot()
         entity.on_done()
