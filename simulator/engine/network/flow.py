@@ -66,6 +66,8 @@ class FlowNetwork(PhasedNetwork):
         self._components = Components(len(self.capacity_bytes_per_s))
         self._kinds: dict[tuple[bytes, bytes, float], tuple[int, list[int]]] = {}
         self._kind_of: dict[int, tuple[PhaseLoad, int, list[int]]] = {}  # id(load) -> (load, kind, distinct classes)
+        self._alone: dict[int, float] = {}  # kind -> its per-flow rate alone
+        self._filled: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, float]] = {}  # (kinds, counts) -> rates
         self._dirty: set[int] = set()
         self._pending = False
         self._next_id = 0
@@ -146,13 +148,31 @@ class FlowNetwork(PhasedNetwork):
             self._snapshot()
 
     def _rates(self, entities: list[_Entity]) -> list[float]:
-        """Per-flow max-min rates (bytes/s) of ``entities``, one filling row per kind."""
+        """Per-flow max-min rates (bytes/s) of ``entities``, one filling row per kind (in kind
+        order). The rates depend only on the kinds and how many entities of each there are, and
+        a run meets the same mixes again and again (every micro-batch, every layer), so each
+        mix is filled once per run; an entity alone gets its kind's alone rate."""
         if len(entities) == 1:
-            return [self.alone_rate_bytes_per_s(entities[0].load)]
-        _, first, inverse, counts = np.unique([e.kind for e in entities], return_index=True,
-                                              return_inverse=True, return_counts=True)
-        rates = self._fill([entities[i].load for i in first.tolist()], counts.astype(float))
-        return rates[inverse].tolist()
+            kind = entities[0].kind
+            alone = self._alone.get(kind)
+            if alone is None:
+                alone = self._alone[kind] = self.alone_rate_bytes_per_s(entities[0].load)
+            return [alone]
+        first: dict[int, int] = {}
+        counts: dict[int, int] = {}
+        for i, e in enumerate(entities):
+            if e.kind in counts:
+                counts[e.kind] += 1
+            else:
+                counts[e.kind] = 1
+                first[e.kind] = i
+        kinds = sorted(counts)
+        mix = (tuple(kinds), tuple([counts[k] for k in kinds]))
+        by_kind = self._filled.get(mix)
+        if by_kind is None:
+            rates = self._fill([entities[first[k]].load for k in kinds], np.array(mix[1], dtype=float))
+            by_kind = self._filled[mix] = dict(zip(kinds, rates.tolist(), strict=True))
+        return [by_kind[e.kind] for e in entities]
 
     def _fill(self, loads: list[PhaseLoad], count: np.ndarray) -> np.ndarray:
         """Progressive filling: per-flow rates (bytes/s) of ``count[i]`` entities like ``loads[i]``."""
