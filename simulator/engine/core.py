@@ -70,49 +70,51 @@ class Engine:
         n = len(tasks)
         self.start: list[float] = [-1.0] * n
         self.end: list[float] = [-1.0] * n
-        self.pending = [len(t.deps) for t in tasks]
         self.dependents: list[list[int]] = [[] for _ in range(n)]
-        # per task: its stream (by index), its join (by index, -1 none), its rank, and whether it
-        # is a collective that takes SMs (counted per rank while in flight)
-        streams: dict[tuple[int, str], int] = {}
-        joins: dict[Hashable, int] = {}
-        join_size = program.join_size
-        self._queue: list[list[int]] = []  # per stream: its tasks in issue order
-        self._join_size: list[int] = []
+        # per task (one pass): its dependency count, its stream (by index), its rank, its
+        # duration, and whether it is a collective that takes SMs (counted per rank in flight)
+        self.pending = pending = [0] * n
         self._stream = stream_of = [0] * n
-        self._join = join_of = [-1] * n
-        self._rank = [t.rank for t in tasks]
-        self._holds_sms = [t.comm is not None and not is_host_copy(t.comm.op) for t in tasks]
-        dependents = self.dependents
+        self._rank = rank_of = [0] * n
+        self._holds_sms = holds_sms = [False] * n
+        own_durations = [0.0] * n
+        streams: dict[tuple[int, str], int] = {}
+        self._queue: list[list[int]] = []  # per stream: its tasks in issue order
+        queues, dependents = self._queue, self.dependents
         for task in tasks:
             t = task.id
-            for d in task.deps:
+            deps = task.deps
+            pending[t] = len(deps)
+            for d in deps:
                 dependents[d].append(t)
             key = (task.rank, task.stream)
             s = streams.get(key)
             if s is None:
-                s = streams[key] = len(self._queue)
-                self._queue.append([])
-            self._queue[s].append(t)
+                s = streams[key] = len(queues)
+                queues.append([])
+            queues[s].append(t)
             stream_of[t] = s
-            if task.join is not None:
-                j = joins.get(task.join)
-                if j is None:
-                    j = joins[task.join] = len(self._join_size)
-                    self._join_size.append(join_size[task.join])
-                join_of[t] = j
+            rank_of[t] = task.rank
+            own_durations[t] = task.duration_s
+            if task.comm is not None:
+                holds_sms[t] = not is_host_copy(task.comm.op)
+        # per task its join (by number, -1 none), per join its size
+        if program.join_of is not None and program.join_sizes is not None and len(program.join_of) == n:
+            self._join, self._join_size = program.join_of, program.join_sizes
+        else:
+            self._join, self._join_size = _number_joins(program)
         self._cursor = [0] * len(self._queue)
         self._arrived: list[list[int] | None] = [None] * len(self._join_size)  # per join: its tasks so far
         self._seen = [False] * n  # arrived at its stream's head ready (started, or waiting at its join)
         self.resolved: dict[int, Resolved] = {}
         self.events = 0
         self.slowdown = slowdown
-        size = max(self._rank, default=-1) + 1
+        size = max(rank_of, default=-1) + 1
         self._in_flight = [0] * size  # per rank: collectives in flight
         self.running: dict[int, list[_Running]] = {}  # rank -> compute tasks in progress
         self._rate_alone = compute_rate(slowdown, False)
         self._rate_beside = compute_rate(slowdown, True)
-        self.durations = durations if durations is not None else [t.duration_s for t in tasks]
+        self.durations = durations if durations is not None else own_durations
 
     # -- running -------------------------------------------------------------------------
 
@@ -277,3 +279,18 @@ class Engine:
                     if len(members) == join_size[join]:
                         arrived[join] = None
                         self._begin(members)
+
+
+def _number_joins(program: Program) -> tuple[list[int], list[int]]:
+    """Per task its join's number (-1: none; numbered in order of first use), per number its size."""
+    numbers: dict[Hashable, int] = {}
+    join_of = [-1] * len(program.tasks)
+    sizes: list[int] = []
+    for task in program.tasks:
+        if task.join is not None:
+            j = numbers.get(task.join)
+            if j is None:
+                j = numbers[task.join] = len(sizes)
+                sizes.append(program.join_size[task.join])
+            join_of[task.id] = j
+    return join_of, sizes
