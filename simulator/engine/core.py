@@ -25,7 +25,7 @@ from simulator import limits
 from simulator.costs.overlap import compute_rate
 from simulator.engine.comm import CommResolver, Resolved
 from simulator.engine.network import NetworkModel
-from simulator.ir import Program, is_host_copy
+from simulator.ir import CommOp, Program, is_host_copy
 
 __all__ = ["Engine", "EngineRun"]
 
@@ -107,6 +107,7 @@ class Engine:
         self._arrived: list[list[int] | None] = [None] * len(self._join_size)  # per join: its tasks so far
         self._seen = [False] * n  # arrived at its stream's head ready (started, or waiting at its join)
         self.resolved: dict[int, Resolved] = {}
+        self._resolved_comm: dict[int, tuple[CommOp, Resolved]] = {}  # id(operation) -> (it, its resolution)
         self.events = 0
         self.slowdown = slowdown
         size = max(rank_of, default=-1) + 1
@@ -189,7 +190,12 @@ class Engine:
                 return
             self.env.timeout(duration).callbacks.append(lambda _e: self._finish(task_ids))
             return
-        resolved = self.resolver.resolve(comm)
+        seen = self._resolved_comm.get(id(comm))  # operations are often shared by tasks (p2p per stage pair)
+        if seen is not None and seen[0] is comm:
+            resolved = seen[1]
+        else:
+            resolved = self.resolver.resolve(comm)
+            self._resolved_comm[id(comm)] = (comm, resolved)  # keeps comm alive: its id is not reused
         resolved_of = self.resolved
         for t in task_ids:
             resolved_of[t] = resolved
