@@ -191,4 +191,7 @@ class ModelLayout:
         return by_unit.get(unit, [])
 
     def unit_numel(self, stage: int, unit: int) -> float:
-        return float(sum(p.numel for p in self.unit_params(stage, unit)))
+        found = self._numel.get(("unit", stage, unit))
+        if found is None:
+            found = self._numel["unit", stage, unit] = sum(p.numel for p in self.unit_params(stage, unit))
+        return float(found)
