@@ -2,6 +2,7 @@
 
     python bench/bench_sweep.py                         # serial, local process pool, dask-local; all CPUs
     python bench/bench_sweep.py --workers 2 --executors local,dask-local --sweeps heavy
+    python bench/bench_sweep.py --workers 2 --executors local --sweeps heavy --against ../other-checkout
 
 Two sweeps of 100 points each, 1 to 16 p4d.24xlarge (8 to 128 A100-40GB) x five
 data-parallel strategies x four micro-batch sizes, 8 sequences per GPU per step:
@@ -14,11 +15,20 @@ Some points run out of memory and are recorded as such. Each executor runs a swe
 fresh output folder (every point simulated), then once more into the same folder (every
 point from the cache). Prints wall time, points per second, and the speed-up over running
 the points one by one in this process.
+
+``--against DIR`` also runs each fresh sweep in new processes, alternately with the simulator
+of checkout DIR (e.g. the commit before a change) and this one, ``--repeats`` times: whole
+process wall time (start-up and imports included), CPU seconds of the process and its
+workers, the ratio, and whether both wrote the same ``results.csv`` byte for byte.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -74,11 +84,63 @@ def run(sweep_path: Path, out: Path, executor_name: str, workers: int) -> tuple[
     return wall, result.simulated, result.cached, result.failed
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+# one fresh sweep in a new process, with the simulator found on PYTHONPATH
+CHILD = """
+import sys
+from pathlib import Path
+from simulator.sweep import expand_sweep, load_sweep, open_executor, run_sweep, write_results
+sweep = load_sweep(Path(sys.argv[1]))
+points = expand_sweep(sweep)
+with open_executor(sys.argv[3], int(sys.argv[4])) as executor:
+    result = run_sweep(points, Path(sys.argv[2]), executor=executor, varied=sweep.spec.varied_fields,
+                       series=sweep.spec.series_fields())
+write_results(result, Path(sys.argv[2]))
+"""
+
+
+def fresh(sweep_path: Path, out: Path, executor_name: str, workers: int, checkout: Path) -> tuple[float, float]:
+    """Wall and CPU seconds (the process and its workers) of one fresh sweep in a new process
+    using the simulator of ``checkout``."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", CHILD, str(sweep_path), str(out), executor_name, str(workers)], env=env,
+                   cwd=checkout, check=True)  # cwd: not ours on sys.path
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def against(folder: Path, sweep_path: Path, executor_name: str, workers: int, other: Path, repeats: int) -> None:
+    """Fresh sweeps here and in ``other``, alternately: best wall and CPU of each, the ratios,
+    and whether the results are the same."""
+    sides = {"this checkout": ROOT, str(other): other}
+    best: dict[str, tuple[float, float]] = {}
+    csv: dict[str, bytes] = {}
+    for i in range(repeats):
+        for side, checkout in sides.items():
+            out = folder / f"fresh-{executor_name}-{len(best)}-{i}-{checkout.name}"
+            wall, cpu = fresh(sweep_path, out, executor_name, workers, checkout)
+            old = best.get(side, (wall, cpu))
+            best[side] = (min(old[0], wall), min(old[1], cpu))
+            csv[side] = (out / "results.csv").read_bytes()
+    for side, (wall, cpu) in best.items():
+        print(f"  {executor_name:11s} fresh process [{side}]: wall {wall:6.2f} s  CPU {cpu:6.2f} s (best of {repeats})")
+    new, old = best["this checkout"], best[str(other)]
+    same = "same" if csv["this checkout"] == csv[str(other)] else "DIFFERENT"
+    print(f"  ratio {other} / this checkout: wall x{old[0] / new[0]:.2f}  CPU x{old[1] / new[1]:.2f}  "
+          f"results.csv {same}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--executors", default="serial,local,dask-local")
     parser.add_argument("--sweeps", default="light,heavy")
+    parser.add_argument("--against", type=Path, help="another checkout to compare fresh sweeps with")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh runs per side with --against")
     args = parser.parse_args()
     for sweep_name in args.sweeps.split(","):
         base, sweep = SWEEPS[sweep_name]
@@ -97,6 +159,8 @@ def main() -> None:
                     print(f"  {name:11s} skipped: {exc}")
                     continue
                 run(sweep_path, out, name, args.workers)  # again: every point from the cache
+                if args.against is not None:
+                    against(folder, sweep_path, name, args.workers, args.against.resolve(), args.repeats)
             if "serial" in walls:
                 for name, wall in walls.items():
                     if name != "serial":

@@ -194,6 +194,11 @@ class Program:
     represents: dict[int, int]  # simulated rank -> how many real ranks behave like it
     join_size: dict[Hashable, int]
     initial_memory: dict[int, dict[str, float]]  # rank -> category -> bytes at t = 0
+    # the joins numbered in order of first use: per task its join's number (-1: none), per
+    # number the join's size (what the engine looks up per task, without hashing join keys);
+    # None: the engine numbers them itself
+    join_of: list[int] | None = None
+    join_sizes: list[int] | None = None
 
     def streams(self) -> dict[tuple[int, str], list[int]]:
         order: dict[tuple[int, str], list[int]] = {}
@@ -207,8 +212,16 @@ class ProgramBuilder:
 
     def __init__(self) -> None:
         self.tasks: list[Task] = []
-        self.join_size: dict[Hashable, int] = {}
+        self._join_number: dict[Hashable, int] = {}  # join key -> its number (order of first use)
+        self._join_sizes: list[int] = []  # per join number: tasks using it so far
+        self._join_of: list[int] = []  # per task: its join's number, -1 for none
         self.max_tasks = limits.get("tasks")  # a program this large is refused while it is built
+
+    @property
+    def join_size(self) -> dict[Hashable, int]:
+        """Tasks per join key so far."""
+        sizes = self._join_sizes
+        return {key: sizes[number] for key, number in self._join_number.items()}
 
     def add(
         self,
@@ -235,10 +248,19 @@ class ProgramBuilder:
             raise limits.exceeded("tasks", len(self.tasks) + 1, what="tasks of the simulated program (building "
                                   "stopped there; the count grows with layers x micro-batches x simulated ranks)")
         self.tasks.append(task)
-        if task.join is not None:
-            self.join_size[task.join] = self.join_size.get(task.join, 0) + 1
+        if task.join is None:
+            self._join_of.append(-1)
+            return
+        number = self._join_number.get(task.join)
+        if number is None:
+            number = self._join_number[task.join] = len(self._join_sizes)
+            self._join_sizes.append(1)
+        else:
+            self._join_sizes[number] += 1
+        self._join_of.append(number)
 
     def build(
         self, ranks: tuple[int, ...], represents: dict[int, int], initial_memory: dict[int, dict[str, float]]
     ) -> Program:
-        return Program(self.tasks, ranks, represents, dict(self.join_size), initial_memory)
+        return Program(self.tasks, ranks, represents, self.join_size, initial_memory, list(self._join_of),
+                       list(self._join_sizes))

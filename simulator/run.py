@@ -172,6 +172,12 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
     starts, ends = run.start_s.tolist(), run.end_s.tolist()
     resolved_of = run.resolved
     joins: dict[Hashable, str] = {}  # the tasks of one transfer share a key: one repr each
+    # by the builder's join numbers when it gave them (no hashing of join keys per task)
+    join_of = program.join_of
+    join_text: list[str | None] = [None] * len(program.join_sizes or ())
+    # tasks share operations (a stage pair's p2p): one record per operation and resolution,
+    # keyed by identity (the operation is kept in the entry, so its id is not reused meanwhile)
+    records: dict[tuple[int, int], tuple[Any, CommRecord]] = {}
     # tasks share a handful of memory-change tuples: each one's offsets, bytes and categories
     # split out once (keyed by identity; the tuple lives in its task until its row is made, and
     # in the form itself after that, so an id is never reused while the form is kept)
@@ -194,14 +200,24 @@ def _rows(program: Program, run: EngineRun) -> list[Row]:
         comm = None
         if task.comm is not None:
             resolved = resolved_of.get(task.id)
-            comm = CommRecord(task.comm.op, task.comm.nbytes, task.comm.count, len(task.comm.group), task.comm.group,
-                              resolved.algorithm if resolved else None, resolved.protocol if resolved else None,
-                              resolved.alone_s if resolved else None)
+            record = records.get((id(task.comm), id(resolved)))
+            if record is None or record[0] is not task.comm:
+                op = task.comm
+                record = records[id(op), id(resolved)] = (op, CommRecord(
+                    op.op, op.nbytes, op.count, len(op.group), op.group, resolved.algorithm if resolved else None,
+                    resolved.protocol if resolved else None, resolved.alone_s if resolved else None))
+            comm = record[1]
         join = None
         if task.join is not None:
-            join = joins.get(task.join)
-            if join is None:
-                join = joins[task.join] = repr(task.join)
+            if join_of is not None:
+                number = join_of[task.id]
+                join = join_text[number]
+                if join is None:
+                    join = join_text[number] = repr(task.join)
+            else:
+                join = joins.get(task.join)
+                if join is None:
+                    join = joins[task.join] = repr(task.join)
         if changes is None:
             rows.append(Row(task.rank, task.stream, task.name, task.category, start, end, task.info, mem, comm, join))
         else:

@@ -164,6 +164,40 @@ def test_a_join_member_waits_for_its_stream_head():
     assert run.events == 3  # k2, the all-gather, the all-reduce
 
 
+def test_the_builder_numbers_joins_in_order_of_first_use():
+    """Tasks with joins "ar", "ag", "ar", none, "ag" get numbers 0, 1, 0, -1, 1; "ar" and "ag"
+    have 2 tasks each, and the key-to-size mapping says the same."""
+    pb = ProgramBuilder()
+    for rank, join in ((0, "ar"), (1, "ag"), (1, "ar"), (2, None), (2, "ag")):
+        pb.add(rank, "tp", f"t{rank}", "tp", comm=_op("tp", 1.0), join=join)
+    program = _program(pb)
+    assert program.join_of == [0, 1, 0, -1, 1]
+    assert program.join_sizes == [2, 2]
+    assert program.join_size == {"ar": 2, "ag": 2}
+
+
+def test_a_program_without_join_numbers_runs_the_same():
+    """The engine numbers joins itself for a Program made without them: the program of
+    test_a_join_member_waits_for_its_stream_head gives the same log (ag [4, 9] on ranks 1 and 2,
+    ar [9, 11] on ranks 0 and 1) and the same 3 events."""
+    pb = ProgramBuilder()
+    ag = _op("tp", 5.0, group=(1, 2), op="all_gather")
+    ar = _op("tp", 2.0, group=(0, 1))
+    pb.add(0, "tp", "ar0", "tp", comm=ar, join="ar")
+    pb.add(1, "tp", "ag1", "tp", comm=ag, join="ag")
+    pb.add(1, "tp", "ar1", "tp", comm=ar, join="ar")
+    k = pb.add(2, "compute", "k2", "compute", duration_s=4e-3)
+    pb.add(2, "tp", "ag2", "tp", comm=ag, join="ag", deps=[k])
+    program = _program(pb)
+    program.join_of = program.join_sizes = None
+    run = run_program(program, _AxisLinks())
+    log = [(t.name, round(float(run.start_s[t.id]) * 1e3, 9), round(float(run.end_s[t.id]) * 1e3, 9))
+           for t in program.tasks]
+    assert log == [("ar0", 9.0, 11.0), ("ag1", 4.0, 9.0), ("ar1", 9.0, 11.0), ("k2", 0.0, 4.0),
+                   ("ag2", 4.0, 9.0)]
+    assert run.events == 3
+
+
 def test_crossed_joins_deadlock_and_the_error_names_the_first_stuck_task():
     """Rank 0 issues x then y, rank 1 issues y then x (two NCCL calls in different orders):
     neither join ever completes. The error names the first task that never ran, x0."""

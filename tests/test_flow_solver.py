@@ -89,3 +89,20 @@ def test_components_merge_on_a_shared_class_and_split_when_the_bridge_ends():
     assert comps.remove(2) == (None, False)
     assert comps.occupancy.tolist() == [1, 2, 1, 0]
     assert comps.owner[3] == -1
+
+
+def test_a_mix_of_kinds_met_again_gets_the_same_rates():
+    """Two transfers of two 1 MB phases each on one 3 GB/s class run side by side: each phase
+    gets 1.5 GB/s, so the first phases end at 2/3 ms and the second ones (the same mix of kinds
+    again, its rates reused) at 4/3 ms. A third 1 MB transfer started at 2 ms is alone: 1/3 ms,
+    ending at 7/3 ms. The class carries 5 MB in all."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([3e9]))
+    done = []
+    step = PhaseLoad(np.array([0]), np.array([1.0]), 1e6, 0.0)
+    for _ in range(2):
+        net.transfer_phases([step, step], lambda: done.append(env.now))
+    env.timeout(2e-3).callbacks.append(lambda _e: net.transfer_phases([step], lambda: done.append(env.now)))
+    env.run()
+    assert done == pytest.approx([4e-3 / 3, 4e-3 / 3, 7e-3 / 3], rel=1e-12)
+    assert net.bytes_carried.tolist() == pytest.approx([5e6], rel=1e-12)

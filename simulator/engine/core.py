@@ -6,6 +6,11 @@ stream's cursor and its dependency count has reached zero. Compute tasks end aft
 duration; communication tasks join their peers (same ``join`` key) and hand the transfer
 to the network model (:class:`~simulator.engine.network.NetworkModel`). Task start and end times are the
 engine's output ("record, don't render"): results and traces are derived from them.
+
+Everything a task's start and end look up is worked out once per run, by task index in
+plain lists (its stream, its join as a number, its rank, whether it is a collective that
+slows compute), so an event hashes no tuple and walks no task object: a run without
+symmetry handles half a million tasks.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from simulator import limits
 from simulator.costs.overlap import compute_rate
 from simulator.engine.comm import CommResolver, Resolved
 from simulator.engine.network import NetworkModel
-from simulator.ir import Program, is_host_copy
+from simulator.ir import CommOp, Program, is_host_copy
 
 __all__ = ["Engine", "EngineRun"]
 
@@ -37,7 +42,7 @@ class EngineRun:
     events: int
 
 
-@dataclass(eq=False)  # compared by identity: one entry per running task
+@dataclass(eq=False, slots=True)  # compared by identity: one entry per running task
 class _Running:
     """A compute task in progress: remaining work (seconds at full speed) and its current rate."""
 
@@ -63,32 +68,59 @@ class Engine:
         self.resolver = resolver
         self.network = network
         self.env = network.env
-        n = len(program.tasks)
+        tasks = program.tasks
+        n = len(tasks)
         self.start: list[float] = [-1.0] * n
         self.end: list[float] = [-1.0] * n
-        self.pending = [len(t.deps) for t in program.tasks]
         self.dependents: list[list[int]] = [[] for _ in range(n)]
-        for task in program.tasks:
-            for d in task.deps:
-                self.dependents[d].append(task.id)
-        self.queues = program.streams()
-        # streams by index: a task's stream, each stream's queue and cursor (no tuple hashing per event)
-        index_of = {key: i for i, key in enumerate(self.queues)}
-        self._queue = list(self.queues.values())
+        # per task (one pass): its dependency count, its stream (by index), its rank, its
+        # duration, and whether it is a collective that takes SMs (counted per rank in flight)
+        self.pending = pending = [0] * n
+        self._stream = stream_of = [0] * n
+        self._rank = rank_of = [0] * n
+        self._holds_sms = holds_sms = [False] * n
+        own_durations = [0.0] * n
+        streams: dict[tuple[int, str], int] = {}
+        self._queue: list[list[int]] = []  # per stream: its tasks in issue order
+        queues, dependents = self._queue, self.dependents
+        for task in tasks:
+            t = task.id
+            deps = task.deps
+            pending[t] = len(deps)
+            for d in deps:
+                dependents[d].append(t)
+            key = (task.rank, task.stream)
+            s = streams.get(key)
+            if s is None:
+                s = streams[key] = len(queues)
+                queues.append([])
+            queues[s].append(t)
+            stream_of[t] = s
+            rank_of[t] = task.rank
+            own_durations[t] = task.duration_s
+            if task.comm is not None:
+                holds_sms[t] = not is_host_copy(task.comm.op)
+        # per task its join (by number, -1 none), per join its size
+        if program.join_of is not None and program.join_sizes is not None and len(program.join_of) == n:
+            self._join, self._join_size = program.join_of, program.join_sizes
+        else:
+            self._join, self._join_size = _number_joins(program)
         self._cursor = [0] * len(self._queue)
-        self._stream = [index_of[(t.rank, t.stream)] for t in program.tasks]
-        self._join = [t.join for t in program.tasks]
-        self._joined = [False] * n  # arrived at its join, waiting for its peers
-        self.arrived: dict[Hashable, list[int]] = {}
+        self._arrived: list[list[int] | None] = [None] * len(self._join_size)  # per join: its tasks so far
+        self._seen = [False] * n  # arrived at its stream's head ready (started, or waiting at its join)
         self.resolved: dict[int, Resolved] = {}
+        self._resolved_comm: dict[int, tuple[CommOp, Resolved]] = {}  # id(operation) -> (it, its resolution)
         self.events = 0
         self.slowdown = slowdown
-        self.in_flight: dict[int, int] = {}
+        size = max(rank_of, default=-1) + 1
+        self._in_flight = [0] * size  # per rank: collectives in flight
         # the in-flight collectives that bring their own slowdown (DeepEP's SMs), per rank
         self.own_slowdowns: dict[int, list[float]] = {}
         self._slowed = slowdown > 0 or any(t.comm is not None and t.comm.sm_slowdown for t in program.tasks)
         self.running: dict[int, list[_Running]] = {}  # rank -> compute tasks in progress
-        self.durations = durations if durations is not None else [t.duration_s for t in program.tasks]
+        self._rate_alone = compute_rate(slowdown, False)
+        self._rate_beside = compute_rate(slowdown, True)
+        self.durations = durations if durations is not None else own_durations
 
     # -- running -------------------------------------------------------------------------
 
@@ -126,42 +158,63 @@ class Engine:
         index = self._cursor[stream]
         if index < len(queue):
             task_id = queue[index]
-            if self.pending[task_id] == 0 and self.start[task_id] < 0 and not self._joined[task_id]:
+            if self.pending[task_id] == 0 and not self._seen[task_id]:
                 self._ready(task_id)
 
     def _ready(self, task_id: int) -> None:
+        """``task_id`` is at its stream's head with its dependencies done: start it, or wait at
+        its join until every task of the join is ready (then start them together, in the order
+        they arrived)."""
+        self._seen[task_id] = True
         join = self._join[task_id]
-        if join is None:
+        if join < 0:
             self._begin([task_id])
             return
-        members = self.arrived.setdefault(join, [])
-        members.append(task_id)
-        self._joined[task_id] = True
-        if len(members) == self.program.join_size[join]:
-            del self.arrived[join]
+        members = self._arrived[join]
+        if members is None:
+            members = self._arrived[join] = [task_id]
+        else:
+            members.append(task_id)
+        if len(members) == self._join_size[join]:
+            self._arrived[join] = None
             self._begin(members)
 
     def _begin(self, task_ids: list[int]) -> None:
         now = self.env.now
         self.events += 1
+        start = self.start
         for t in task_ids:
-            self.start[t] = now
+            start[t] = now
         lead = self.program.tasks[task_ids[0]]
-        if lead.comm is None:
+        comm = lead.comm
+        if comm is None:
             durations = self.durations
-            duration = durations[task_ids[0]] if len(task_ids) == 1 else max(durations[t] for t in task_ids)
+            duration = durations[task_ids[0]] if len(task_ids) == 1 else max([durations[t] for t in task_ids])
             if lead.category == "compute" and duration > 0 and self._slowed:
-                self._start_compute(task_ids, duration)
+                self._start_compute(lead.rank, task_ids, duration)
                 return
-            timeout = self.env.timeout(duration)
-            timeout.callbacks.append(lambda _e: self._finish(task_ids))
+            self.env.timeout(duration).callbacks.append(lambda _e: self._finish(task_ids))
             return
-        resolved = self.resolver.resolve(lead.comm)
+        seen = self._resolved_comm.get(id(comm))  # operations are often shared by tasks (p2p per stage pair)
+        if seen is not None and seen[0] is comm:
+            resolved = seen[1]
+        else:
+            resolved = self.resolver.resolve(comm)
+            self._resolved_comm[id(comm)] = (comm, resolved)  # keeps comm alive: its id is not reused
+        resolved_of = self.resolved
         for t in task_ids:
-            self.resolved[t] = resolved
-        if not is_host_copy(lead.comm.op):  # copy engines, not SMs
+            resolved_of[t] = resolved
+        if self._holds_sms[task_ids[0]]:  # copy engines for host copies, not SMs
+            in_flight, rank_of, slowdown, own_slowdowns = self._in_flight, self._rank, self.slowdown, self.own_slowdowns
             for t in task_ids:
-                self._comm_started(self.program.tasks[t].rank, lead.comm.sm_slowdown)
+                rank = rank_of[t]
+                if comm.sm_slowdown:
+                    self._comm_started(rank, comm.sm_slowdown)
+                    continue
+                count = in_flight[rank]
+                in_flight[rank] = count + 1
+                if (count == 0 and slowdown > 0) or rank in own_slowdowns:
+                    self._rate_changed(rank)
         self.network.transfer(resolved, lambda: self._finish(task_ids))
 
     # -- compute slowed by collectives in flight on the same GPU --------------------------------
@@ -169,15 +222,13 @@ class Engine:
     def _rate(self, rank: int) -> float:
         """Compute speed beside the rank's collectives in flight: the largest of their slowdowns
         (the run's for NCCL's, their own for those that bring one)."""
-        count = self.in_flight.get(rank, 0)
         own = self.own_slowdowns.get(rank)
         if not own:
-            return compute_rate(self.slowdown, count > 0)
-        slowdown = max(max(own), self.slowdown if count > len(own) else 0.0)
+            return self._rate_beside if self._in_flight[rank] > 0 else self._rate_alone
+        slowdown = max(max(own), self.slowdown if self._in_flight[rank] > len(own) else 0.0)
         return compute_rate(slowdown, True)
 
-    def _start_compute(self, task_ids: list[int], duration: float) -> None:
-        rank = self.program.tasks[task_ids[0]].rank
+    def _start_compute(self, rank: int, task_ids: list[int], duration: float) -> None:
         run = _Running(task_ids, duration, self.env.now, self._rate(rank))
         self.running.setdefault(rank, []).append(run)
         self._schedule_compute(rank, run)
@@ -195,46 +246,52 @@ class Engine:
         self._finish(run.task_ids)
 
     def _rate_changed(self, rank: int) -> None:
+        runs = self.running.get(rank)
+        if not runs:
+            return
         now = self.env.now
         rate = self._rate(rank)
-        for run in self.running.get(rank, ()):
+        for run in runs:
             run.work = max(0.0, run.work - (now - run.since) * run.rate)
             run.since = now
             run.rate = rate
             self._schedule_compute(rank, run)
 
-    def _comm_started(self, rank: int, own: float | None = None) -> None:
-        count = self.in_flight.get(rank, 0)
-        if own:
-            before = self._rate(rank)
-            self.in_flight[rank] = count + 1
-            self.own_slowdowns.setdefault(rank, []).append(own)
-            if self._rate(rank) != before:
-                self._rate_changed(rank)
-            return
-        self.in_flight[rank] = count + 1
-        if (count == 0 and self.slowdown > 0) or self.own_slowdowns.get(rank):
+    def _comm_started(self, rank: int, own: float) -> None:
+        before = self._rate(rank)
+        self._in_flight[rank] += 1
+        self.own_slowdowns.setdefault(rank, []).append(own)
+        if self._rate(rank) != before:
             self._rate_changed(rank)
 
-    def _comm_ended(self, rank: int, own: float | None = None) -> None:
-        before = self._rate(rank) if own or self.own_slowdowns.get(rank) else None
-        count = self.in_flight[rank] - 1
-        self.in_flight[rank] = count
+    def _comm_ended(self, rank: int, own: float | None) -> None:
+        """A collective ends on a rank with collectives that bring their own slowdown in flight
+        (``own``: this one's, or None for an NCCL one): re-time its compute if the rate moved."""
+        before = self._rate(rank)
+        self._in_flight[rank] -= 1
         if own:
-            self.own_slowdowns[rank].remove(own)
-        if before is not None:
-            if self._rate(rank) != before:
-                self._rate_changed(rank)
-        elif count == 0 and self.slowdown > 0:
+            owns = self.own_slowdowns[rank]
+            owns.remove(own)
+            if not owns:
+                del self.own_slowdowns[rank]
+        if self._rate(rank) != before:
             self._rate_changed(rank)
 
     def _finish(self, task_ids: list[int]) -> None:
         now = self.env.now
-        tasks = self.program.tasks
-        lead = tasks[task_ids[0]]
-        if lead.comm is not None and not is_host_copy(lead.comm.op):
+        if self._holds_sms[task_ids[0]]:
+            in_flight, rank_of, slowdown, own_slowdowns = self._in_flight, self._rank, self.slowdown, self.own_slowdowns
+            comm = self.program.tasks[task_ids[0]].comm
+            sm_slowdown = comm.sm_slowdown if comm is not None else None
             for t in task_ids:
-                self._comm_ended(tasks[t].rank, lead.comm.sm_slowdown)
+                rank = rank_of[t]
+                if sm_slowdown or rank in own_slowdowns:
+                    self._comm_ended(rank, sm_slowdown)
+                    continue
+                count = in_flight[rank] - 1
+                in_flight[rank] = count
+                if count == 0 and slowdown > 0:
+                    self._rate_changed(rank)
         end, cursor, stream_of, pending, dependents = self.end, self._cursor, self._stream, self.pending, self.dependents
         touched: list[int] = []
         for t in task_ids:
@@ -246,12 +303,39 @@ class Engine:
                 pending[d] -= 1
                 if pending[d] == 0:
                     touched.append(stream_of[d])
-        # _try_head of each touched stream, inlined (the engine's most frequent call)
-        queues, start, joined = self._queue, self.start, self._joined
+        # _try_head and _ready of each touched stream, inlined (the engine's most frequent calls)
+        queues, seen, join_of, arrived, join_size = self._queue, self._seen, self._join, self._arrived, self._join_size
         for stream in touched:
             queue = queues[stream]
             index = cursor[stream]
             if index < len(queue):
                 task_id = queue[index]
-                if pending[task_id] == 0 and start[task_id] < 0 and not joined[task_id]:
-                    self._ready(task_id)
+                if pending[task_id] == 0 and not seen[task_id]:
+                    seen[task_id] = True
+                    join = join_of[task_id]
+                    if join < 0:
+                        self._begin([task_id])
+                        continue
+                    members = arrived[join]
+                    if members is None:
+                        members = arrived[join] = [task_id]
+                    else:
+                        members.append(task_id)
+                    if len(members) == join_size[join]:
+                        arrived[join] = None
+                        self._begin(members)
+
+
+def _number_joins(program: Program) -> tuple[list[int], list[int]]:
+    """Per task its join's number (-1: none; numbered in order of first use), per number its size."""
+    numbers: dict[Hashable, int] = {}
+    join_of = [-1] * len(program.tasks)
+    sizes: list[int] = []
+    for task in program.tasks:
+        if task.join is not None:
+            j = numbers.get(task.join)
+            if j is None:
+                j = numbers[task.join] = len(sizes)
+                sizes.append(program.join_size[task.join])
+            join_of[task.id] = j
+    return join_of, sizes

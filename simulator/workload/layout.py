@@ -53,6 +53,7 @@ class ModelLayout:
     chunks: list[Chunk] = field(init=False)
     _stage_params: dict[int, list[Param]] = field(init=False, default_factory=dict)
     _numel: dict[tuple[Any, ...], int] = field(init=False, default_factory=dict)
+    _unit_params: dict[int, dict[int, list[Param]]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         m = self.scenario.model
@@ -229,7 +230,17 @@ class ModelLayout:
         return sum(self.params_of_chunk(c) for c in self.chunks_of_stage(pp_rank))
 
     def unit_params(self, stage: int, unit: int) -> list[Param]:
-        return [p for p in self.stage_params(stage) if p.unit == unit]
+        """The parameters of ``unit`` in ``stage``, in stage order (grouped once per stage: the
+        ZeRO-3 and FSDP emitters ask this for every gather; the list is shared, not to be changed)."""
+        by_unit = self._unit_params.get(stage)
+        if by_unit is None:
+            by_unit = self._unit_params[stage] = {}
+            for p in self.stage_params(stage):
+                by_unit.setdefault(p.unit, []).append(p)
+        return by_unit.get(unit, [])
 
     def unit_numel(self, stage: int, unit: int) -> float:
-        return float(sum(p.numel for p in self.unit_params(stage, unit)))
+        found = self._numel.get(("unit", stage, unit))
+        if found is None:
+            found = self._numel["unit", stage, unit] = sum(p.numel for p in self.unit_params(stage, unit))
+        return float(found)

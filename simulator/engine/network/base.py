@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -36,10 +37,14 @@ class NetworkModel(Protocol):
     """A network model as the engine core and the results see it."""
 
     env: simpy.Environment
-    bytes_carried: np.ndarray  # bytes per link class (one representative link)
     series: Series
     entities_started: int
     recomputations: int
+
+    @property
+    def bytes_carried(self) -> np.ndarray:
+        """Bytes per link class (one representative link); a plain attribute will do."""
+        ...
 
     def transfer(self, comm: Resolved, on_done: Callable[[], None]) -> None:
         """Start moving ``comm`` now; call ``on_done()`` (from a simpy callback) when it ends."""
@@ -84,10 +89,16 @@ class PhasedNetwork(ABC):
         self.env = env
         self.capacity_bytes_per_s = np.asarray(capacity_bytes_per_s, dtype=float)
         self.record_series = record_series
-        self.bytes_carried = np.zeros(len(self.capacity_bytes_per_s))
+        self._carried = [0.0] * len(self.capacity_bytes_per_s)  # bytes per class (plain floats: added per phase)
+        self._shapes: dict[int, tuple[PhaseLoad, list[int], list[float]]] = {}  # id(load) -> its classes and flows
         self.series: Series = []
         self.entities_started = 0
         self.recomputations = 0
+
+    @property
+    def bytes_carried(self) -> np.ndarray:
+        """Bytes carried per link class (one representative link)."""
+        return np.array(self._carried)
 
     # -- public ----------------------------------------------------------------------------
 
@@ -118,28 +129,43 @@ class PhasedNetwork(ABC):
         how fast is each model's business (flow: max-min sharing; analytical: alone)."""
 
     def account(self, load: PhaseLoad, nbytes: float) -> None:
-        """Add ``nbytes`` moved by each of ``load``'s flows to the classes it crosses."""
-        np.add.at(self.bytes_carried, load.classes, load.flows * nbytes)
+        """Add ``nbytes`` moved by each of ``load``'s flows to the classes it crosses (one class
+        after another, as ``np.add.at`` would, in plain floats: a phase loads a few classes)."""
+        _, classes, flows = self._shape(load)
+        carried = self._carried
+        for c, f in zip(classes, flows, strict=True):
+            carried[c] += f * nbytes
+
+    def _shape(self, load: PhaseLoad) -> tuple[PhaseLoad, list[int], list[float]]:
+        """``load``'s classes and flows as plain lists, worked out once per load (the record
+        keeps ``load`` alive, so its id is not reused while it is cached)."""
+        found = self._shapes.get(id(load))
+        if found is None or found[0] is not load:
+            found = self._shapes[id(load)] = (load, np.asarray(load.classes).tolist(),
+                                              np.asarray(load.flows, dtype=float).tolist())
+        return found
 
     # -- phases ----------------------------------------------------------------------------
 
     def _run_phase(self, phases: Sequence[PhaseLoad], index: int, on_done: Callable[[], None]) -> None:
         load = phases[index]
-
-        def finished() -> None:
-            if index + 1 < len(phases):
-                self._run_phase(phases, index + 1, on_done)
-            else:
-                on_done()
-
-        def bytes_done() -> None:
-            if load.latency_s > 0:
-                self.env.timeout(load.latency_s).callbacks.append(lambda _e: finished())
-            else:
-                finished()
-
         if load.bytes_per_flow <= 0 or len(load.classes) == 0:
-            bytes_done()
+            self._bytes_done(phases, index, on_done)
             return
         self.entities_started += 1
-        self.move_bytes(load, bytes_done)
+        self.move_bytes(load, partial(self._bytes_done, phases, index, on_done))
+
+    def _bytes_done(self, phases: Sequence[PhaseLoad], index: int, on_done: Callable[[], None]) -> None:
+        """Phase ``index`` has moved its bytes: its latency, then the next phase (or ``on_done``)."""
+        latency = phases[index].latency_s
+        if latency > 0:
+            self.env.timeout(latency).callbacks.append(partial(self._phase_over, phases, index, on_done))
+        else:
+            self._phase_over(phases, index, on_done)
+
+    def _phase_over(self, phases: Sequence[PhaseLoad], index: int, on_done: Callable[[], None],
+                    _event: simpy.Event | None = None) -> None:
+        if index + 1 < len(phases):
+            self._run_phase(phases, index + 1, on_done)
+        else:
+            on_done()

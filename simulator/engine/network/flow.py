@@ -40,7 +40,7 @@ __all__ = ["FlowNetwork"]
 _TOL = 1e-9  # relative: a link is saturated, a flow has finished
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class _Entity:
     """A phase in progress: bytes left per flow, current per-flow rate (bytes/s) since ``last``;
     ``kind``: entities of one kind load the same classes with the same flows and cap."""
@@ -64,24 +64,34 @@ class FlowNetwork(PhasedNetwork):
         super().__init__(env, capacity_bytes_per_s, record_series=record_series)
         self._entities: dict[int, _Entity] = {}
         self._components = Components(len(self.capacity_bytes_per_s))
-        self._kinds: dict[tuple[bytes, bytes, float], tuple[int, np.ndarray]] = {}
+        self._kinds: dict[tuple[bytes, bytes, float], tuple[int, list[int]]] = {}
+        self._kind_of: dict[int, tuple[PhaseLoad, int, list[int]]] = {}  # id(load) -> (load, kind, distinct classes)
+        self._alone: dict[int, float] = {}  # kind -> its per-flow rate alone
+        self._filled: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, float]] = {}  # (kinds, counts) -> rates
         self._dirty: set[int] = set()
         self._pending = False
         self._next_id = 0
 
     def move_bytes(self, load: PhaseLoad, bytes_done: Callable[[], None]) -> None:
         now = self.env.now
-        classes = np.asarray(load.classes)
-        signature = (classes.tobytes(), np.asarray(load.flows, dtype=float).tobytes(), float(load.rate_cap))
-        found = self._kinds.get(signature)
-        if found is None:  # a new kind: its distinct classes, for the components
-            found = self._kinds[signature] = (len(self._kinds), np.unique(classes))
-        kind, distinct = found
+        found = self._kind_of.get(id(load))
+        if found is None or found[0] is not load:
+            found = self._kind_of[id(load)] = (load, *self._kind(load))
+        _, kind, distinct = found
         entity = _Entity(self._next_id, load, load.bytes_per_flow, bytes_done, kind, last=now, started=now)
         self._next_id += 1
         self._entities[entity.id] = entity
         self._components.add(entity.id, distinct)
         self._mark_dirty(entity.id)
+
+    def _kind(self, load: PhaseLoad) -> tuple[int, list[int]]:
+        """The kind of ``load`` (same classes, flows and cap: same kind) and its distinct classes."""
+        classes = np.asarray(load.classes)
+        signature = (classes.tobytes(), np.asarray(load.flows, dtype=float).tobytes(), float(load.rate_cap))
+        found = self._kinds.get(signature)
+        if found is None:  # a new kind: its distinct classes, for the components
+            found = self._kinds[signature] = (len(self._kinds), np.unique(classes).tolist())
+        return found
 
     # -- max-min fair sharing ----------------------------------------------------------------
 
@@ -138,13 +148,31 @@ class FlowNetwork(PhasedNetwork):
             self._snapshot()
 
     def _rates(self, entities: list[_Entity]) -> list[float]:
-        """Per-flow max-min rates (bytes/s) of ``entities``, one filling row per kind."""
+        """Per-flow max-min rates (bytes/s) of ``entities``, one filling row per kind (in kind
+        order). The rates depend only on the kinds and how many entities of each there are, and
+        a run meets the same mixes again and again (every micro-batch, every layer), so each
+        mix is filled once per run; an entity alone gets its kind's alone rate."""
         if len(entities) == 1:
-            return [self.alone_rate_bytes_per_s(entities[0].load)]
-        _, first, inverse, counts = np.unique([e.kind for e in entities], return_index=True,
-                                              return_inverse=True, return_counts=True)
-        rates = self._fill([entities[i].load for i in first.tolist()], counts.astype(float))
-        return rates[inverse].tolist()
+            kind = entities[0].kind
+            alone = self._alone.get(kind)
+            if alone is None:
+                alone = self._alone[kind] = self.alone_rate_bytes_per_s(entities[0].load)
+            return [alone]
+        first: dict[int, int] = {}
+        counts: dict[int, int] = {}
+        for i, e in enumerate(entities):
+            if e.kind in counts:
+                counts[e.kind] += 1
+            else:
+                counts[e.kind] = 1
+                first[e.kind] = i
+        kinds = sorted(counts)
+        mix = (tuple(kinds), tuple([counts[k] for k in kinds]))
+        by_kind = self._filled.get(mix)
+        if by_kind is None:
+            rates = self._fill([entities[first[k]].load for k in kinds], np.array(mix[1], dtype=float))
+            by_kind = self._filled[mix] = dict(zip(kinds, rates.tolist(), strict=True))
+        return [by_kind[e.kind] for e in entities]
 
     def _fill(self, loads: list[PhaseLoad], count: np.ndarray) -> np.ndarray:
         """Progressive filling: per-flow rates (bytes/s) of ``count[i]`` entities like ``loads[i]``."""
@@ -205,8 +233,8 @@ class FlowNetwork(PhasedNetwork):
         entity.last = now
         del self._entities[entity.id]
         comp, shared = self._components.remove(entity.id)
-        if comp is not None:  # what is left of its component gets new rates
-            self._mark_dirty(min(self._components.members[comp]))
+        if comp is not None:  # what is left of its component gets new rates (any member stands for it)
+            self._mark_dirty(next(iter(self._components.members[comp])))
         if self.record_series and not shared:
             self._snapshot()
         entity.on_done()

@@ -77,9 +77,14 @@ class FSDP(Zero3):
         return super()._gather(emit, unit, phase, mb, elements, deps, tag)
 
     def unsharded_deltas(self, stage: int, unit: int, sign: float) -> tuple[MemDelta, ...]:
-        """One allocation (``sign`` +1) or free (-1) per unsharded parameter tensor of a unit."""
-        return tuple(MemDelta(sign < 0, sign * p.numel * gathered_bytes_per_element(self.scenario, [p]), "buffers")
-                     for p in self.layout.unit_params(stage, unit) if p.numel > 0)
+        """One allocation (``sign`` +1) or free (-1) per unsharded parameter tensor of a unit
+        (one tuple per unit and sign, shared by every use: never changed)."""
+        found = self._memo.get(("unsharded", stage, unit, sign))
+        if found is None:
+            found = self._memo["unsharded", stage, unit, sign] = tuple(
+                MemDelta(sign < 0, sign * p.numel * gathered_bytes_per_element(self.scenario, [p]), "buffers")
+                for p in self.layout.unit_params(stage, unit) if p.numel > 0)
+        return found  # type: ignore[no-any-return]
 
     def release_deltas(self, stage: int, unit: int) -> tuple[MemDelta, ...]:
         return self.unsharded_deltas(stage, unit, -1.0)

@@ -13,6 +13,7 @@ stream) are methods that :mod:`.fsdp` and :mod:`.mics` override.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.costs.memory import ModelStateBytes, sharded_model_state_bytes
 from simulator.ir import MemDelta
@@ -50,6 +51,8 @@ class Zero3(Strategy[GatherState]):
     shard_axis: str = "dp"
     gather_stream: str = "shard"
     reduce_stream: str = "dp"
+    # what depends on (stage, unit) alone, worked out once: asked for at every gather and release
+    _memo: dict[tuple[Any, ...], Any] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mesh.cp > 1 and self.shard_axis == "dp":
@@ -84,8 +87,12 @@ class Zero3(Strategy[GatherState]):
         return GatherState()
 
     def gathered_numel(self, stage: int, unit: int) -> float:
-        threshold = self.scenario.parallelism.zero.param_persistence_threshold
-        return float(sum(p.numel for p in self.layout.unit_params(stage, unit) if p.numel >= threshold))
+        found = self._memo.get(("numel", stage, unit))
+        if found is None:
+            threshold = self.scenario.parallelism.zero.param_persistence_threshold
+            found = self._memo["numel", stage, unit] = float(
+                sum(p.numel for p in self.layout.unit_params(stage, unit) if p.numel >= threshold))
+        return float(found)
 
     # policy knobs (FSDP and MiCS override them) ----------------------------------------
 
@@ -119,10 +126,15 @@ class Zero3(Strategy[GatherState]):
 
     def gather_window(self, stage: int) -> int:
         """How many units may be gathered ahead of the compute: stage3_max_live_parameters
-        elements, at least one unit (the CPU issues gathers ahead of the GPU, bounded by it)."""
-        largest = max((self.gathered_numel(stage, u) for u in {p.unit for p in self.layout.stage_params(stage)}),
-                      default=1.0)
-        return max(1, int(self.scenario.parallelism.zero.max_live_parameters // max(largest, 1.0)))
+        elements, at least one unit (the CPU issues gathers ahead of the GPU, bounded by it).
+        Worked out once per stage (every all-gather asks)."""
+        found = self._memo.get(("window", stage))
+        if found is None:
+            largest = max((self.gathered_numel(stage, u) for u in {p.unit for p in self.layout.stage_params(stage)}),
+                          default=1.0)
+            found = self._memo["window", stage] = max(1, int(self.scenario.parallelism.zero.max_live_parameters
+                                                             // max(largest, 1.0)))
+        return int(found)
 
     def limiter_deps(self, state: GatherState, stage: int) -> list[int]:
         """An all-gather waits for the compute ``gather_window`` units back to finish (its
@@ -144,7 +156,11 @@ class Zero3(Strategy[GatherState]):
 
     def gathered_bytes_per_element(self, stage: int, unit: int) -> float:
         """Bytes per element of the unit's gathered parameters (1 for fp8-gathered GEMM weights)."""
-        return gathered_bytes_per_element(self.scenario, self.layout.unit_params(stage, unit))
+        found = self._memo.get(("bytes_per_element", stage, unit))
+        if found is None:
+            found = self._memo["bytes_per_element", stage, unit] = gathered_bytes_per_element(
+                self.scenario, self.layout.unit_params(stage, unit))
+        return float(found)
 
     def _order(self, stage: int, unit: int, phase: str) -> list[int]:
         """Units of the same chunk in execution order for this phase, after ``unit``."""
@@ -165,8 +181,11 @@ class Zero3(Strategy[GatherState]):
     def release_deltas(self, stage: int, unit: int) -> tuple[MemDelta, ...]:
         """Frees of a unit's gathered parameters when it is released: ZeRO-3 gathers into the
         parameters themselves, so the all-gather's buffer (one allocation) is freed."""
-        size = self.gathered_numel(stage, unit) * self.gathered_bytes_per_element(stage, unit)
-        return (MemDelta(True, -size, "buffers"),)
+        found = self._memo.get(("release", stage, unit))
+        if found is None:  # one tuple shared by every release of the unit (never changed)
+            size = self.gathered_numel(stage, unit) * self.gathered_bytes_per_element(stage, unit)
+            found = self._memo["release", stage, unit] = (MemDelta(True, -size, "buffers"),)
+        return found  # type: ignore[no-any-return]
 
     def before(self, emit: Emit, unit: int, phase: str, mb: int, deps: list[int]) -> list[int]:
         state = emit.state
