@@ -69,7 +69,10 @@ def test_plans_equal_routing_every_flow(fabric: str, nodes: int) -> None:
     one node's group and all-to-all: phases equal, weights to the bit, with fewer routes."""
     moved, full = _planner(nodes, FABRICS[fabric], True), _planner(nodes, FABRICS[fabric], False)
     assert moved.translation is not None  # 12 nodes on rail-leaves of 32: one leaf a rail, period 12
-    groups = [tuple(range(3, nodes * 8, 8)), tuple(range(5, nodes * 8, 16)), tuple(range(8, 16))]
+    half = nodes // 2 * 8  # groups starting there are moved plans of groups in the first period
+    groups = [tuple(range(3, nodes * 8, 8)), tuple(range(5, nodes * 8, 16)), tuple(range(8, 16)),
+              tuple(range(half + 1, nodes * 8, 8)), tuple(range(half + 2, nodes * 8, 24)),
+              tuple(range(nodes * 8 - 8, nodes * 8)), (half + 9, half + 4, half + 30, half + 17)]
     for gpus in groups:
         for op, algorithm in [("all_reduce", "ring"), ("all_reduce", "tree"), ("all_gather", "ring"),
                               ("reduce_scatter", "ring"), ("all_to_all", "direct")]:
@@ -78,6 +81,7 @@ def test_plans_equal_routing_every_flow(fabric: str, nodes: int) -> None:
             assert moved.plan(op, algorithm, gpus) == full.plan(op, algorithm, gpus), (op, algorithm, gpus)
     if moved.translation.period_nodes < nodes:
         assert len(moved.router._routes) < len(full.router._routes)
+        assert moved._moved("all_reduce", "ring", groups[3]) is not None  # a moved plan, compared above
 
 
 def test_ring_routes_do_not_grow_with_the_cluster() -> None:

@@ -45,7 +45,7 @@ from simulator.cluster.fabrics.torus import snake_order
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.links import LinkTable
 from simulator.cluster.routing import Router
-from simulator.cluster.translation import Translation, route_terms
+from simulator.cluster.translation import Translation, move_plan, route_terms
 from simulator.costs.collectives import NcclModel
 
 __all__ = ["Flow", "PhasePlan", "CollectivePlan", "CollectivePlanner", "nccl_model", "OPS", "ALGORITHMS"]
@@ -123,8 +123,25 @@ class CollectivePlanner:
         key = (op, algorithm, gpus)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._build(op, algorithm, gpus)
+            plan = self._plans[key] = self._moved(op, algorithm, gpus) or self._build(op, algorithm, gpus)
         return plan
+
+    def _moved(self, op: str, algorithm: str, gpus: tuple[int, ...]) -> CollectivePlan | None:
+        """The plan of ``gpus`` as the plan of the group moved back by whole translation periods
+        until its first GPU lies in the first, moved forward (None: no translation, host copies,
+        or a group that does not move; a group the planner refuses is refused as itself)."""
+        translation = self.translation
+        if translation is None or op in ("d2h", "h2d") or len(gpus) < 2 or len(set(gpus)) != len(gpus):
+            return None
+        period = translation.period_nodes * self.cluster.gpus_per_node
+        shift = min(gpus) // period * period
+        if not shift:
+            return None
+        try:
+            base = self.plan(op, algorithm, tuple(g - shift for g in gpus))
+        except ValueError:
+            return None
+        return move_plan(base, translation, shift, gpus)
 
     # -- structure -------------------------------------------------------------------------
 

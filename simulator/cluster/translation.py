@@ -22,11 +22,12 @@ from typing import Protocol
 
 import numpy as np
 
+from simulator.cluster.collective_plan import CollectivePlan, Flow, PhasePlan
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.links import Link, LinkTable
 from simulator.cluster.routing import Route, Router
 
-__all__ = ["Translation", "route_terms"]
+__all__ = ["Translation", "route_terms", "move_plan"]
 
 
 class _Flow(Protocol):
@@ -145,3 +146,29 @@ def route_terms(router: Router, translation: Translation | None,
         order = np.lexsort((key, flow))
         ids, fracs = ids[order], fracs[order]
     return unique, ids, fracs, counts
+
+
+def move_plan(plan: CollectivePlan, translation: Translation, shift_gpus: int, gpus: tuple[int, ...]) -> CollectivePlan:
+    """``plan`` (of ``gpus`` less ``shift_gpus``, every one at least 0) moved to ``gpus``: by
+    whole periods and without wrapping round, so the groups' nodes keep their order, each
+    algorithm lays out the same flows moved, and each link's sum adds the same terms in the
+    same order: the plan built for ``gpus`` itself, to the bit."""
+    nodes = shift_gpus // translation.cluster.gpus_per_node
+    phases = []
+    for phase in plan.phases:
+        ids, sums = phase.arrays()
+        moved = translation.shift(ids, np.full(len(ids), nodes, dtype=np.int64))
+        order = np.argsort(moved, kind="stable")
+        used, sums = moved[order], sums[order]
+        new = PhasePlan(
+            flows=tuple(Flow(f.src + shift_gpus, f.dst + shift_gpus, f.weight) for f in phase.flows),
+            steps=phase.steps, inter_steps=phase.inter_steps,
+            link_weights=tuple(zip(used.tolist(), sums.tolist(), strict=True)),
+            intra_class=phase.intra_class, net_latency_s=phase.net_latency_s, ppn=phase.ppn, nodes=phase.nodes,
+            channels=phase.channels, channel_net_bytes_per_s=phase.channel_net_bytes_per_s,
+            intra_latency_s=phase.intra_latency_s, net_staged_bytes=phase.net_staged_bytes,
+            net_staged_bytes_per_s=phase.net_staged_bytes_per_s)
+        if len(used):
+            new.__dict__["_arrays"] = (used, sums)
+        phases.append(new)
+    return CollectivePlan(plan.op, plan.algorithm, gpus, tuple(phases), plan.ll128_ok)
