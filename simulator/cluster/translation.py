@@ -104,7 +104,7 @@ def route_terms(router: Router, translation: Translation | None,
     route (flows in order) with each route's length: what ``router.route`` of every flow
     lists, computing only the routes of flows that start in the first period."""
     route_of = router.route
-    if translation is None:
+    if translation is None or max((f.src for f in flows), default=0) < translation.period_nodes * router.cluster.gpus_per_node:
         routes = [route_of(f.src, f.dst) for f in flows]
         pairs = [pair for r in routes for pair in r.links]
         counts = [len(r.links) for r in routes]
