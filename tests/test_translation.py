@@ -10,6 +10,7 @@ from simulator.catalog import default_catalog
 from simulator.cluster.builders import build_cluster
 from simulator.cluster.cache import clear_cluster_cache
 from simulator.cluster.collectives import CollectivePlanner
+from simulator.cluster.fabrics.leaf_spine import FatTree
 from simulator.cluster.faults import apply_link_faults
 from simulator.cluster.routing import Router
 from simulator.cluster.translation import Translation
@@ -60,6 +61,21 @@ def test_no_translation_for_ecmp_faults_or_partial_leaves() -> None:
     apply_link_faults(faulty, [LinkFault(select="node=3 nic=0", bandwidth_factor=0.5)])
     assert Translation.of(faulty) is None
     assert _planner(6, {}, True).translation is None
+
+
+def test_a_fabric_subclass_wiring_its_own_way_has_no_period() -> None:
+    """The leaf-spine shift reads the layout its own builds make; a subclass with its own
+    build (here the same wiring, but the fabric cannot know) routes every flow."""
+
+    class Rewired(FatTree):
+        def build(self, cluster: Any) -> None:
+            super().build(cluster)
+
+    cluster = _planner(8, {}, True).cluster
+    assert cluster.scale_out is not None and cluster.scale_out.period_nodes(cluster) == 4
+    rewired = Rewired(cluster.fabric)
+    rewired.__dict__.update(vars(cluster.scale_out))
+    assert rewired.period_nodes(cluster) is None
 
 
 @pytest.mark.parametrize("fabric", list(FABRICS))

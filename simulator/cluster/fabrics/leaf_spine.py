@@ -86,6 +86,8 @@ class LeafSpineFabric(Fabric):
         the spines); one node on one switch; None under ECMP (a hash of the NIC names) or
         with a partly filled leaf."""
         n, policy = cluster.n_nodes, cluster.transport.multipath
+        if type(self).build not in _OWN_BUILDS:  # a subclass wiring its own way: layout unknown
+            return None
         if self._first_cable is None or not self._spine_count:
             return 1 if self._first_cable is not None else None
         per_leaf = min(self._per_leaf, n)  # one leaf (per rail) holding every node: any shift keeps it
@@ -274,3 +276,7 @@ class RailOptimized(LeafSpineFabric):
             all_leaves += leaves
         if len(all_leaves) > 1:
             self._add_spines(cluster, all_leaves, per_leaf * bw, spines)
+
+
+# the builds whose cable and spine-link layout :meth:`LeafSpineFabric.shift_links` reads
+_OWN_BUILDS = (FatTree.build, RailOptimized.build, SingleSwitch.build)
