@@ -41,6 +41,9 @@ def test_a_replicated_graph_reads_as_the_copied_graph(node, nodes, fabric):
     assert rep.replicated and not built.replicated
     assert len(rep.links) == len(built.links) and list(rep.links) == built.links
     assert rep.links[-1] == built.links[-1] and rep.links[2:9] == built.links[2:9]
+    tail = rep.links.interior  # slices of the tail are the tail's own: the same links
+    for a, b in [(tail, None), (tail + 3, tail + 9), (tail + 5, tail + 2), (tail - 2, tail + 4)]:
+        assert rep.links[a:b] == built.links[a:b]
     assert len(rep.vertices) == len(built.vertices) and list(rep.vertices.items()) == list(built.vertices.items())
     for name in built.vertices:
         assert name in rep.vertices and rep.out_links(name) == built.out_links(name)

@@ -49,6 +49,7 @@ from simulator.cluster.fabrics.torus import snake_order
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.links import LinkTable
 from simulator.cluster.routing import Router
+from simulator.cluster.translation import Translation, move_plan, route_terms
 from simulator.costs.collectives import NcclModel
 
 __all__ = ["Flow", "PhasePlan", "CollectivePlan", "CollectivePlanner", "nccl_model", "OPS", "ALGORITHMS"]
@@ -57,13 +58,25 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", 
 
 
 class CollectivePlanner:
-    """Builds (and caches) collective plans for process groups on one cluster."""
+    """Builds (and caches) collective plans for process groups on one cluster.
+
+    ``translate``: build a phase from the routes of the flows in the cluster's first
+    translation period, moved (:mod:`simulator.cluster.translation`; the same plans to the
+    bit). Off, every flow is routed: the reference the tests compare against."""
+
+    translate = True
 
     def __init__(self, cluster: ClusterGraph, router: Router) -> None:
         self.cluster = cluster
         self.router = router
         self._plans: dict[tuple[str, str, tuple[int, ...]], CollectivePlan] = {}
         self._ring_cache: dict[tuple[int, ...], list[tuple[tuple[int, ...], float]]] = {}
+
+    @cached_property
+    def translation(self) -> Translation | None:
+        """The cluster's translation period, when it has one and ``translate`` is on (off: every
+        flow routed, the reference the translated plans are tested against)."""
+        return Translation.of(self.cluster) if self.translate else None
 
     @cached_property
     def model(self) -> NcclModel:
@@ -120,8 +133,25 @@ class CollectivePlanner:
         key = (op, algorithm, gpus)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._build(op, algorithm, gpus)
+            plan = self._plans[key] = self._moved(op, algorithm, gpus) or self._build(op, algorithm, gpus)
         return plan
+
+    def _moved(self, op: str, algorithm: str, gpus: tuple[int, ...]) -> CollectivePlan | None:
+        """The plan of ``gpus`` as the plan of the group moved back by whole translation periods
+        until its first GPU lies in the first, moved forward (None: no translation, host copies,
+        or a group that does not move; a group the planner refuses is refused as itself)."""
+        translation = self.translation
+        if translation is None or op in ("d2h", "h2d") or len(gpus) < 2 or len(set(gpus)) != len(gpus):
+            return None
+        period = translation.period_nodes * self.cluster.gpus_per_node
+        shift = min(gpus) // period * period
+        if not shift:
+            return None
+        try:
+            base = self.plan(op, algorithm, tuple(g - shift for g in gpus))
+        except ValueError:
+            return None
+        return move_plan(base, translation, shift, gpus)
 
     # -- structure -------------------------------------------------------------------------
 
@@ -260,17 +290,14 @@ class CollectivePlanner:
 
         The sum runs over one flat list (flows in order, each route's links in order) with
         ``np.bincount``, which adds sequentially in that order from 0.0: the same additions in
-        the same order as a running per-link sum, so the weights are equal to the bit."""
+        the same order as a running per-link sum, so the weights are equal to the bit. On a
+        cluster with a translation period the list is built from the routes of the flows in the
+        first period, moved (:mod:`simulator.cluster.translation`): the same list."""
         net_latency = 0.0
         crosses_net = False
         intra_class = "nvlink"
-        route_of = self.router.route
-        pairs: list[tuple[int, float]] = []
-        counts: list[int] = []
-        for f in flows:
-            route = route_of(f.src, f.dst)
-            pairs += route.links
-            counts.append(len(route.links))
+        routes, ids, fracs, counts = route_terms(self.router, self.translation, flows)
+        for route in routes:
             if route.hop_class == "net":
                 crosses_net = True
                 net_latency = max(net_latency, route.latency_s)
@@ -280,10 +307,9 @@ class CollectivePlanner:
             intra_class = "pcie"
         arrays = None
         link_weights: tuple[tuple[int, float], ...] = ()
-        if pairs:
-            ids, fracs = zip(*pairs, strict=True)
-            terms = np.repeat(np.array([f.weight for f in flows]), counts) * np.array(fracs)
-            used, inverse = np.unique(np.array(ids, dtype=np.int64), return_inverse=True)
+        if len(ids):
+            terms = np.repeat(np.array([f.weight for f in flows]), counts) * fracs
+            used, inverse = np.unique(ids, return_inverse=True)
             sums = np.bincount(inverse, weights=terms, minlength=len(used))
             link_weights = tuple(zip(used.tolist(), sums.tolist(), strict=True))
             arrays = (used, sums)

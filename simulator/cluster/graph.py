@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Protocol
 
 import networkx as nx
+import numpy as np
 
 from simulator.catalog import GpuSpec, LinkKind, NcclConstants, NodeTypeSpec, TransportSpec
 from simulator.cluster.links import Link, LinkTable, Vertex, VertexKind, VertexTable, split_name
@@ -275,3 +276,7 @@ class ScaleOut(Protocol):
     def bisection_estimate_bytes_per_s(self, cluster: ClusterGraph, node_nic_bytes_per_s: float) -> float: ...
 
     def diagram(self, cluster: ClusterGraph) -> list[str]: ...
+
+    def period_nodes(self, cluster: ClusterGraph) -> int | None: ...
+
+    def shift_links(self, cluster: ClusterGraph, ids: np.ndarray, nodes: np.ndarray) -> np.ndarray: ...

@@ -120,7 +120,10 @@ class LinkTable:
     def __getitem__(self, index: int | slice) -> Link | list[Link]:
         if index.__class__ is not int:
             if isinstance(index, slice):
-                return [self[i] for i in range(*index.indices(len(self)))]
+                start, stop, step = index.indices(len(self))
+                if start >= self.interior and step == 1 and not self.changed:  # within the tail: its own slice
+                    return self.tail[start - self.interior:max(start, stop) - self.interior]
+                return [self[i] for i in range(start, stop, step)]
             index = operator.index(index)
         if self.changed and index in self.changed:
             return self.changed[index]

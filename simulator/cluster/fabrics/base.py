@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+import numpy as np
+
 from simulator.cluster.graph import ClusterGraph, LinkRow
 
 __all__ = ["Fabric", "FabricPath", "NicRef", "FABRICS", "register_fabric", "build_fabric", "nic_params", "add_nic_link",
@@ -46,6 +48,16 @@ class Fabric(ABC):
         fractions sum to 1. ``flow`` numbers the parallel flows of one connection and ``seed``
         is the simulation seed (for hashed multipath); deterministic fabrics ignore both.
         The first alternative's links set the route's latency."""
+
+    def period_nodes(self, cluster: ClusterGraph) -> int | None:
+        """The least T such that moving every node by T (modulo the node count) maps the fabric
+        onto itself and every path onto the moved pair's path (:meth:`shift_links`); None:
+        no such T is known (the default), so routes are computed pair by pair."""
+        return None
+
+    def shift_links(self, cluster: ClusterGraph, ids: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """The fabric links ``ids`` moved by ``nodes`` nodes each (multiples of :meth:`period_nodes`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no translation period")
 
     def bisection_estimate_bytes_per_s(self, cluster: ClusterGraph, node_nic_bytes_per_s: float) -> float:
         """One-direction bisection bandwidth for fabrics too large for an exact max flow:

@@ -13,6 +13,8 @@ import math
 import zlib
 from typing import Any
 
+import numpy as np
+
 from simulator.cluster.fabrics.base import Fabric, FabricPath, NicRef, add_nic_links, nic_params, register_fabric
 from simulator.cluster.graph import ClusterGraph, LinkRow, Vertex
 
@@ -30,11 +32,22 @@ class LeafSpineFabric(Fabric):
         self._spine_cache: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self._up_cache: dict[str, list[int]] = {}  # leaf -> its link to each of its spines
         self._down_cache: dict[str, dict[str, int]] = {}  # leaf -> spine -> the spine's link down to it
+        # the wiring's layout, for translations (:meth:`period_nodes`): the first cable's id, the
+        # nodes on each leaf, whether cables run rail by rail (else node by node), the first
+        # leaf-spine link's id, the leaves and the spines of each
+        self._first_cable: int | None = None
+        self._per_leaf = 0
+        self._rail_major = False
+        self._first_spine = 0
+        self._leaves = 1
+        self._spine_count = 0
 
     # -- building --------------------------------------------------------------------------
 
     def _cable(self, cluster: ClusterGraph, cables: list[tuple[str, str, int | None, int]]) -> None:
         """Cable each (NIC, its switch, rail, node), in order."""
+        if self._first_cable is None:
+            self._first_cable = len(cluster.links)
         add_nic_links(cluster, cables)
         self.nic_leaf.update((nic, switch) for nic, switch, _, _ in cables)
 
@@ -58,6 +71,7 @@ class LeafSpineFabric(Fabric):
             if name not in cluster.vertices:
                 cluster.add_vertex(Vertex(name, "spine", None, name))
         lat = cluster.transport.switch_latency_s
+        self._first_spine, self._leaves, self._spine_count = len(cluster.links), len(leaves), spines
         rows: list[LinkRow] = []
         for leaf in leaves:  # each leaf to each spine, then back: add_link's two directions
             for name in names:
@@ -65,6 +79,50 @@ class LeafSpineFabric(Fabric):
                 rows.append((name, leaf, kind, up_each, eff, lat, "spine-down", rail, None))  # type: ignore[arg-type]
             self.leaf_spines[leaf] = names
         cluster.add_links(rows)
+
+    def period_nodes(self, cluster: ClusterGraph) -> int | None:
+        """Whole leaves of nodes (leaf i onto leaf i + 1, a spine's links along), enough of them
+        that D-mod-k picks the same spine (the destination NIC's index moves by a multiple of
+        the spines); one node on one switch; None under ECMP (a hash of the NIC names) or
+        with a partly filled leaf."""
+        n, policy = cluster.n_nodes, cluster.transport.multipath
+        if type(self).build not in _OWN_BUILDS:  # a subclass wiring its own way: layout unknown
+            return None
+        if self._first_cable is None or not self._spine_count:
+            return 1 if self._first_cable is not None else None
+        per_leaf = min(self._per_leaf, n)  # one leaf (per rail) holding every node: any shift keeps it
+        if policy == "ecmp" or n % per_leaf:
+            return None
+        nics, spines = cluster.node_type.nics.count, self._spine_count
+        period = per_leaf * (1 if policy == "spray" else spines // math.gcd(per_leaf * nics, spines))
+        return period if n % period == 0 else None
+
+    def shift_links(self, cluster: ClusterGraph, ids: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Cables follow their node; a leaf-spine link moves by whole leaves (ids as built:
+        each NIC's up and down cable, node by node or rail by rail; each leaf's links to its
+        spines, up and down, leaf by leaf)."""
+        assert self._first_cable is not None
+        n, nics = cluster.n_nodes, cluster.node_type.nics.count
+        out = ids.copy()
+        offset = ids - self._first_cable
+        cable = (offset >= 0) & (offset < 2 * n * nics)
+        pair, way = np.divmod(offset[cable], 2)
+        moved = nodes[cable]
+        if self._rail_major:
+            rail, node = np.divmod(pair, n)
+            out[cable] = self._first_cable + 2 * (rail * n + (node + moved) % n) + way
+        else:
+            node, nic = np.divmod(pair, nics)
+            out[cable] = self._first_cable + 2 * (((node + moved) % n) * nics + nic) + way
+        spine = ~cable
+        if spine.any():
+            pair, way = np.divmod(ids[spine] - self._first_spine, 2)
+            leaf, index = np.divmod(pair, self._spine_count)
+            groups = self._leaves // nics if self._rail_major else self._leaves  # leaves per rail
+            rail, leaf = np.divmod(leaf, groups)
+            leaf = (leaf + nodes[spine] // self._per_leaf) % groups
+            out[spine] = self._first_spine + 2 * ((rail * groups + leaf) * self._spine_count + index) + way
+        return out
 
     def bisection_estimate_bytes_per_s(self, cluster: ClusterGraph, node_nic_bytes_per_s: float) -> float:
         """Half the nodes' NIC bandwidth, reduced by the oversubscription."""
@@ -179,6 +237,7 @@ class FatTree(LeafSpineFabric):
     def build(self, cluster: ClusterGraph) -> None:
         nics = cluster.node_type.nics.count
         per_leaf, n_leaves, spines = self._geometry(cluster, nics)
+        self._per_leaf = per_leaf
         leaves = [f"leaf{i}" for i in range(n_leaves)]
         for leaf in leaves:
             cluster.add_vertex(Vertex(leaf, "leaf", None, leaf))
@@ -205,6 +264,7 @@ class RailOptimized(LeafSpineFabric):
     def build(self, cluster: ClusterGraph) -> None:
         nics = cluster.node_type.nics.count
         per_leaf, n_groups, spines = self._geometry(cluster, 1)
+        self._per_leaf, self._rail_major = per_leaf, True
         bw, _, _ = nic_params(cluster)
         all_leaves: list[str] = []
         for rail in range(nics):
@@ -216,3 +276,7 @@ class RailOptimized(LeafSpineFabric):
             all_leaves += leaves
         if len(all_leaves) > 1:
             self._add_spines(cluster, all_leaves, per_leaf * bw, spines)
+
+
+# the builds whose cable and spine-link layout :meth:`LeafSpineFabric.shift_links` reads
+_OWN_BUILDS = (FatTree.build, RailOptimized.build, SingleSwitch.build)
