@@ -99,7 +99,7 @@ def test_fit_lists_each_pipeline_stage():
 
 def test_run_prints_the_cost_of_a_step(tmp_path):
     """quickstart: 4 x p4d.24xlarge at $32.77 per node-hour (topologies/prices.yaml). A step of
-    S seconds costs S / 3600 x 4 x 32.77 dollars (S = 0.7976: $0.0290); it processes
+    S seconds costs S / 3600 x 4 x 32.77 dollars (S = 0.7982: $0.0291); it processes
     256 x 2048 = 524,288 tokens, so a million tokens cost that x 1e6 / 524,288 ($0.0554)."""
     import json
 
@@ -226,4 +226,4 @@ def test_sweep_prints_a_results_table(tmp_path):
     assert [r[0] for r in rows] == [str(i) for i in range(10)]
     assert [(r[1], r[2]) for r in rows[:2]] == [("1", "none"), ("1", "zero1")]
     assert [r[3] for r in rows] == ["yes"] * 8 + ["-"] * 2
-    assert rows[4][4] == "797.6 ms"  # 4 nodes, DDP: the quickstart itself
+    assert rows[4][4] == "798.2 ms"  # 4 nodes, DDP: the quickstart itself
