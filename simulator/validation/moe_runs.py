@@ -5,6 +5,8 @@
   containers): layout (TP, PP, CP, VP, EP), GBS, MBS, sequence, precision and tokens/s per
   GPU; every MoE benchmark there is token-dropless with the token distribution force-balanced
   among experts (the tables' footnote). ``step = GBS * seq / (tokens/s/GPU * GPUs)``.
+* The performance recipe of each row (:mod:`simulator.validation.moe_recipes`): the settings
+  dtsim models written into the scenario, the others listed as not modelled, all cited.
 * A per-model setting of the performance recipe that produced a row, where the row's layout
   needs it (DeepSeek-V3's uneven pipeline layout over PP 8 x VP 4, with its multi-token
   prediction layer), comes from that recipe at the container's release commit, cited in the
@@ -24,6 +26,7 @@ from typing import Any
 
 from simulator.errors import ScenarioError
 from simulator.scenario import Scenario
+from simulator.validation import moe_recipes
 
 __all__ = ["MoeRun", "moe_run"]
 
@@ -100,8 +103,8 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
               "experts: training.moe_routing.skew 0 (table footnote)"]
     assumptions = ["DGX-H100 (record): dtsim's dgx-h100 node",
                    f"model: dtsim preset {m['preset']} (its citation) for the table's {m['name']}",
-                   "settings the table does not state (optimizer sharding, recomputation, dispatcher, overlap flags): "
-                   "the nemo profile: the runs are NeMo containers' Megatron-Bridge recipes, which train through "
+                   "settings neither the table nor its performance recipe (below, where listed) states (optimizer "
+                   "sharding, overlap flags): the nemo profile: the runs are NeMo containers' Megatron-Bridge recipes, which train through "
                    "Megatron-Core with NeMo's recipe defaults (distributed optimizer with both overlaps: the profile's "
                    "citations)"]
     if vp > 1:
@@ -131,9 +134,13 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
         training["fp8"] = {"recipe": "tensorwise"}
         if precision.upper() == "FP8-CS":
             stated.append(FP8_CS)
+            recipe_fp8 = moe_recipes.FP8_CS_RECIPE.get(container.group(1) if container else "")
+            if recipe_fp8:
+                assumptions.append(f"the performance recipe's FP8 is FP8-CS too: {recipe_fp8}")
         elif precision.upper() == "FP8":
+            recipe_fp8 = moe_recipes.FP8_CS_RECIPE.get(container.group(1) if container else "")
             assumptions.append(f"FP8 granularity not stated in this table; the same rows of the 25.11 table say "
-                               f"FP8-CS. {FP8_CS}")
+                               f"FP8-CS, and the performance recipe is FP8-CS: {recipe_fp8}. {FP8_CS}")
         else:
             assumptions.append("precision: the 25.09 table has no precision column; its footnote gives the "
                                "parenthesised numbers a different FP8 granularity (H100: 128x128 weights, 1x128 "
@@ -147,6 +154,9 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
         "training": training,
         **({"sim": sim} if sim else {}),
     }
+    recipe = moe_recipes.recipe_for(container.group(1) if container else "", m["preset"])
+    if recipe is not None:
+        assumptions += moe_recipes.apply(scenario, recipe)
     tps = measured["tokens_per_s_per_gpu"]
     step = batch["global_batch"] * seq / (tps * gpus)
     return MoeRun(scenario, step, f"{tps} tokens/s per GPU (Megatron-Bridge table)", stated, assumptions)
