@@ -40,12 +40,13 @@ GPUS_PER_DGX = 8  # DGX-H100: 8 H100 (topologies/nodes/dgx-h100.yaml)
 
 # the network model of every row (a simulation-speed choice, the same for the whole source): measured on
 # the four rows the flow model finishes (gpt-oss 120B and Qwen3-30B-A3B, 25.11 and 26.02), the
-# analytical model's step is 0.82-1.58% (mean 1.20%) below the flow model's
+# analytical model's step is 0.001-0.08% below the flow model's (their EP groups sit inside one DGX
+# under Megatron-Core's rank order; 0.82-1.58% with dtsim's earlier strided placement)
 NETWORK_METHOD = ("sim.network analytical (a simulation-speed choice, the same for every row of this source): the "
                   "flow model's max-min fair share over EP x (EP-1) flows per all-to-all had not finished a "
                   "Qwen3-235B-A22B row (EP 32: 992 flows, four all-to-alls per MoE layer and micro-batch) after 28 "
                   "minutes; on the four rows it finishes (gpt-oss 120B, Qwen3-30B-A3B) the analytical step is "
-                  "0.82-1.58% (mean 1.20%) shorter than the flow model's")
+                  "0.001-0.08% shorter than the flow model's")
 
 # per-model pipeline layouts of the performance recipes that produced a table (a per-model recipe setting of
 # the framework, stated in the record's assumptions, not a profile default), keyed by the table's NeMo container,
