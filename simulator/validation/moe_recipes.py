@@ -75,19 +75,25 @@ def _qwen3(release: str, preset: str) -> Recipe:
     else:
         fn, cfg = ("167-190", "171-180 and 268-271") if big else ("297-320", "421-429")
     overlap, a2a = _a2a_overlap(release, f"{base}:{cfg}")
+    deepep = not big and release == V030
+    dispatcher = _moe_provider(release, True)
+    if deepep:  # the flex dispatcher replaces the provider's alltoall: dtsim's nearest is kept, and said so
+        dispatcher = (dispatcher[0], dispatcher[1], "not the recipe's (its DeepEP flex dispatcher is not modelled in "
+                      f"this build, below); the provider's default under it: {dispatcher[2]}")
     settings = [
         ("training.recompute", "none",
          f"recompute_granularity, recompute_method and recompute_num_layers None: {release} {pre}:{common}"),
         _grad_reduce(f"{release} {pre}:{common}"),
-        _moe_provider(release, True),
+        dispatcher,
         overlap,
     ]
     if big:
         settings.append(("parallelism.tp_comm_overlap", False,
                          f"CommOverlapConfig(tp_comm_overlap=False): {release} {pre}:{fn}"))
     unmodelled = [a2a, f"moe_router_fusion True ({release} {pre}:{common}): dtsim times the router as its GEMM only"]
-    if not big and release == V030:
-        unmodelled.append(f"moe_flex_dispatcher_backend 'deepep' ({release} {base}:{cfg}): DeepEP's fused "
+    if deepep:
+        unmodelled.append(f"moe_flex_dispatcher_backend 'deepep' ({release} {base}:{cfg}; moe_token_dispatcher_type 'flex': "
+                          f"{release} src/megatron/bridge/training/flex_dispatcher_backend.py:67-69): DeepEP's fused "
                           "dispatch/combine kernels; this build has no deepep dispatcher, so the alltoall one is kept")
     differs = ""
     if release == V020 and not big:
@@ -158,6 +164,7 @@ def apply(scenario: dict[str, Any], recipe: Recipe) -> list[str]:
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
-        notes.append(f"{path} {value} (the performance recipe's): {why}")
+        kept = why.startswith("not the recipe")
+        notes.append(f"{path} {value}: {why}" if kept else f"{path} {value} (the performance recipe's): {why}")
     notes += [f"not modelled, set by the performance recipe: {what}" for what in recipe.not_modelled]
     return notes + ([recipe.differs] if recipe.differs else [])
