@@ -111,8 +111,8 @@ def test_megatron_core_on_gpt3_changes_exactly_the_profile_fields():
     mcore = simulator.load_scenario(GPT3, overrides=["framework=megatron-core"])
     changed = {f"parallelism.zero.{k}" for k, v in mcore.parallelism.zero if getattr(generic.parallelism.zero, k) != v}
     changed |= {f"training.{k}" for k, v in mcore.training if getattr(generic.training, k) != v}
-    assert mcore.parallelism.model_copy(update={"zero": generic.parallelism.zero, "p2p_blocking": False}) == \
-        generic.parallelism
+    assert mcore.parallelism.model_copy(update={"zero": generic.parallelism.zero, "p2p_blocking": False,
+                                                "rank_order": "tp-cp-pp-dp"}) == generic.parallelism
     assert changed == {"parallelism.zero.overlap_comm", "parallelism.zero.reduce_bucket_size",
                        "parallelism.zero.allgather_bucket_size", "parallelism.zero.bucketing",
                        "parallelism.zero.bucket_size_per_dp_rank", "parallelism.zero.grad_nan_check",
@@ -129,6 +129,7 @@ def test_megatron_core_on_gpt3_changes_exactly_the_profile_fields():
         "parallelism.zero.grad_nan_check": (True, "megatron-core"),
         "parallelism.zero.grad_prescale": (True, "megatron-core"),
         "parallelism.p2p_blocking": (True, "megatron-core"),
+        "parallelism.rank_order": ("tp-cp-dp-pp", "megatron-core"),
         "training.grad_reduce_dtype": ("fp32-for-bf16", "megatron-core"),
         "training.attention_kernel": ("cudnn", "megatron-core"),
         "training.cross_entropy": ("megatron", "megatron-core"),

@@ -24,7 +24,9 @@ def test_step_time_from_tokens_per_gpu():
     1575 tokens/s/GPU on 256 GPUs (403,200 tokens/s): 20.8051 s. TP 2 x PP 8 x CP 1 leaves dp 16;
     VP 4 is the interleaved schedule with 4 chunks per rank; tp > 1 turns on sequence parallelism; etp 1
     comes from the nemo profile (NeMo's recipes), not the record;
-    FP8-CS is the tensorwise recipe; force-balanced routing is skew 0."""
+    FP8-CS is the tensorwise recipe; force-balanced routing is skew 0. The performance recipe
+    (v0.2.0) adds what dtsim models: no recomputation, bf16 gradient reduction, the alltoall
+    dispatcher, no shared-expert overlap, no TP communication overlap."""
     run = moe_runs._megatron_bridge(_record("moe_mbridge_2511_h100_qwen3_235b_a22b"))
     assert run.step_s == pytest.approx(2048 * 4096 / (1575 * 256)) and run.step_s == pytest.approx(20.8051, abs=1e-4)
     sc = run.scenario
@@ -32,9 +34,11 @@ def test_step_time_from_tokens_per_gpu():
     assert sc["model"] == {"preset": "qwen3-235b-a22b", "seq_len": 4096}
     assert sc["parallelism"] == {"tp": 2, "pp": 8, "cp": 1, "dp": 16, "ep": 32,
                                  "pipeline_schedule": "interleaved",
-                                 "virtual_stages": 4, "sequence_parallel": True}
+                                 "virtual_stages": 4, "sequence_parallel": True, "tp_comm_overlap": False,
+                                 "moe": {"dispatcher": "alltoall", "overlap_ep_comm": False}}
     assert sc["training"] == {"micro_batch": 1, "global_batch": 2048, "moe_routing": {"skew": 0.0},
-                              "precision": "fp8", "fp8": {"recipe": "tensorwise"}}
+                              "precision": "fp8", "fp8": {"recipe": "tensorwise"}, "recompute": "none",
+                              "grad_reduce_dtype": "bf16"}
     # every row of the source on the analytical network (a simulation-speed choice, stated in the assumptions)
     assert sc["sim"] == {"network": "analytical"}
     assert moe_runs.NETWORK_METHOD in run.assumptions
@@ -47,7 +51,7 @@ def test_bf16_row_without_interleaving():
     5,242,880 tokens at 5993 x 64 = 383,552 tokens/s: 13.6692 s."""
     run = moe_runs._megatron_bridge(_record("moe_mbridge_2602_h100_gpt_oss_120b"))
     assert run.step_s == pytest.approx(13.6692, abs=1e-4)
-    assert run.scenario["parallelism"] == {"tp": 1, "pp": 4, "cp": 1, "dp": 16, "ep": 8}
+    assert run.scenario["parallelism"] == {"tp": 1, "pp": 4, "cp": 1, "dp": 16, "ep": 8, "moe": {"dispatcher": "alltoall"}}
     assert run.scenario["training"]["precision"] == "bf16" and "fp8" not in run.scenario["training"]
     assert run.scenario["sim"] == {"network": "analytical"}  # the same method as the EP 32 rows
 
@@ -81,6 +85,31 @@ def test_deepseek_v3_takes_its_recipes_pipeline_layout():
     assert any("deepseek_v3.py:174" in a for a in run.assumptions)
     other = moe_runs._megatron_bridge(_record("moe_mbridge_2602_h100_qwen3_235b_a22b"))  # PP 8, VP 4 too
     assert "pipeline_layout" not in other.scenario["parallelism"] and "mtp_layers" not in other.scenario["model"]
+
+
+def test_every_row_states_its_performance_recipe():
+    """Each DGX-H100 row of 25.11 and 26.02 gets its container's Megatron-Bridge recipe (v0.2.0 /
+    v0.3.0): bf16 gradient reduction (grad_reduce_in_fp32 False) in every row; the Qwen3 rows'
+    combined-1F1B all-to-all overlap listed as not modelled; the 26.02 Qwen3-30B-A3B row's DeepEP
+    listed as not modelled (no deepep dispatcher in this build); the 25.11 rows whose recipe layout
+    differs from the table keep the table's (MBS 2 / VP 24 and MBS 4)."""
+    rows = {i: moe_runs._megatron_bridge(_record(f"moe_mbridge_{i}")) for i in (
+        "2511_h100_qwen3_30b_a3b", "2511_h100_qwen3_235b_a22b", "2511_h100_gpt_oss_120b",
+        "2602_h100_qwen3_30b_a3b", "2602_h100_qwen3_235b_a22b", "2602_h100_gpt_oss_120b")}
+    for i, run in rows.items():
+        assert run.scenario["training"]["grad_reduce_dtype"] == "bf16", i
+        release = "tag v0.2.0" if i.startswith("2511") else "tag v0.3.0"
+        assert any(release in a and "grad_reduce_in_fp32 False" in a for a in run.assumptions), i
+        overlap = [a for a in run.assumptions if "not modelled" in a and "overlap_moe_expert_parallel_comm" in a]
+        assert bool(overlap) == ("qwen3" in i), i
+        assert any("'deepep'" in a for a in run.assumptions) == (i == "2602_h100_qwen3_30b_a3b"), i
+    assert rows["2511_h100_qwen3_30b_a3b"].scenario["training"]["micro_batch"] == 2
+    assert rows["2511_h100_qwen3_30b_a3b"].scenario["parallelism"]["virtual_stages"] == 24
+    assert any("row's is kept" in a for a in rows["2511_h100_gpt_oss_120b"].assumptions)
+    assert not any("row's is kept" in a for a in rows["2602_h100_gpt_oss_120b"].assumptions)
+    ds = moe_runs._megatron_bridge(_record("moe_mbridge_2509_h100_deepseek_v3"))
+    assert ds.scenario["parallelism"]["zero"] == {"overlap_comm": False}
+    assert any("run_script.py:101-102" in a for a in ds.assumptions)
 
 
 def test_deepseek_v3_run_average_is_kept_with_its_arithmetic():

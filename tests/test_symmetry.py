@@ -1,7 +1,7 @@
 """Symmetry reduction (workload/symmetry.py): which ranks are simulated and whom they stand for."""
 
 import simulator
-from simulator.cluster.mesh import Mesh, mesh_for
+from simulator.cluster.mesh import MEGATRON_AXES, Mesh, mesh_for
 from simulator.workload import build_workload, compute_profile
 from simulator.workload.symmetry import Symmetry, block_ranks
 from tests.conftest import small_scenario
@@ -44,3 +44,32 @@ def test_workload_simulates_every_rank_when_ranks_differ():
     assert full.ranks == tuple(range(mesh_for(sc).world)) == tuple(range(sc.world_size))
     per_rank = len(reduced.tasks)
     assert len(full.tasks) == per_rank * sc.world_size
+
+
+def test_megatron_rank_order_puts_each_stage_in_a_block():
+    """Megatron-Core's order tp-cp-ep-dp-pp (rank_order tp-cp-dp-pp): tp 1 x pp 2 x dp 8 on 16 GPUs
+    is rank = dp + 8 * pp, so stage 0 is ranks 0-7 (node 0) and an EP 8 group folded inside it is
+    (0..7), one node; dtsim's default order (rank = pp + 2 * dp) puts stage 0 on the even ranks and
+    the same EP group on two nodes. With pp outermost a replica spans the world: the block is all
+    16 ranks, and a stage's siblings are its 8 ranks."""
+    megatron = Mesh.from_sizes(pp=2, dp=8, ep=8, order=MEGATRON_AXES)
+    assert megatron.group(0, "ep") == tuple(range(8)) and megatron.group(8, "pp") == (0, 8)
+    assert Mesh.from_sizes(pp=2, dp=8, ep=8).group(0, "ep") == (0, 2, 4, 6, 8, 10, 12, 14)
+    sym = Symmetry(megatron, gpus_per_node=8, requested=True)
+    assert megatron.pp_outermost and sym.block == 16
+    assert sym.simulated_ranks() == (0, 8) and sym.siblings(8) == list(range(8, 16))
+
+
+def test_megatron_rank_order_simulates_alike_with_and_without_symmetry():
+    """Qwen3-30B-A3B, tp 2 x pp 2 x dp 8 (ep 8) on 4 DGX-H100, Megatron order, flow network: one
+    rank per stage standing for its stage gives the step of simulating all 32 ranks (to 1e-9 s)."""
+    base = {"name": "t", "framework": "nemo", "model": {"preset": "qwen3-30b-a3b", "seq_len": 4096},
+            "cluster": {"node": "dgx-h100", "nodes": 4},
+            "parallelism": {"tp": 2, "pp": 2, "dp": 8, "ep": 8, "sequence_parallel": True},
+            "training": {"micro_batch": 1, "global_batch": 64}}
+    steps = {}
+    for sym in ("auto", "off"):
+        sc = simulator.Scenario.model_validate({**base, "sim": {"network": "flow", "symmetry": sym}})
+        assert sc.parallelism.rank_order == "tp-cp-dp-pp"  # the nemo profile's
+        steps[sym] = simulator.simulate(sc).step_time_s
+    assert abs(steps["auto"] - steps["off"]) < 1e-9

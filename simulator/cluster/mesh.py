@@ -10,7 +10,10 @@ each axis is a mixed-radix digit, the innermost axis varying fastest:
 :data:`MESH_AXES` puts tp innermost, then cp, pp, and the data-parallel axes outermost
 (Megatron-Core's default order "tp-cp-ep-dp-pp" keeps tp innermost too; we put pp inside dp
 so that a pipeline's stages are consecutive nodes and each data-parallel replica is a
-contiguous block of ranks). So a TP group is ``tp`` consecutive ranks (one node when tp <=
+contiguous block of ranks). :data:`MEGATRON_AXES` (``parallelism.rank_order: tp-cp-dp-pp``)
+is Megatron-Core's order, pp outermost (RankGenerator order "tp-cp-ep-dp-pp",
+NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/parallel_state.py:617 and 292,
+initialize_model_parallel's default): each pipeline stage is a contiguous block of world/pp ranks. So a TP group is ``tp`` consecutive ranks (one node when tp <=
 GPUs per node). The data-parallel axis is split as torchtitan splits it: ``dp_shard``
 (MiCS / HSDP partition groups of ``shard_group_size`` consecutive dp indices) inside
 ``dp_replicate`` (the same index across partition groups, DeepSpeed
@@ -43,10 +46,12 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from simulator.scenario.spec import Scenario
 
-__all__ = ["Mesh", "Axis", "MESH_AXES", "GROUPS", "mesh_for"]
+__all__ = ["Mesh", "Axis", "MESH_AXES", "MEGATRON_AXES", "GROUPS", "mesh_for"]
 
 # the mesh axes, innermost first
 MESH_AXES: tuple[str, ...] = ("tp", "cp", "pp", "dp_shard", "dp_replicate")
+# the same axes in Megatron-Core's default order "tp-cp-ep-dp-pp" (parallelism.rank_order tp-cp-dp-pp)
+MEGATRON_AXES: tuple[str, ...] = ("tp", "cp", "dp_shard", "dp_replicate", "pp")
 
 # process groups by name: the axes each varies
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -95,14 +100,16 @@ class Mesh:
 
     @classmethod
     def from_sizes(cls, *, tp: int = 1, cp: int = 1, pp: int = 1, dp: int = 1,
-                   shard_group_size: int | None = None, ep: int = 1, etp: int | None = None) -> Mesh:
-        """The standard mesh (:data:`MESH_AXES`) from the scenario's sizes; ``dp`` splits into
-        ``dp_shard = shard_group_size`` (default dp) inside ``dp_replicate = dp / dp_shard``."""
+                   shard_group_size: int | None = None, ep: int = 1, etp: int | None = None,
+                   order: tuple[str, ...] = MESH_AXES) -> Mesh:
+        """The standard mesh (:data:`MESH_AXES`, or ``order``: :data:`MEGATRON_AXES`) from the
+        scenario's sizes; ``dp`` splits into ``dp_shard = shard_group_size`` (default dp) inside
+        ``dp_replicate = dp / dp_shard``."""
         shard = shard_group_size or dp
         if dp % shard:
             raise ValueError(f"shard_group_size {shard} does not divide dp {dp}")
         sizes = {"tp": tp, "cp": cp, "pp": pp, "dp_shard": shard, "dp_replicate": dp // shard}
-        return cls(((name, sizes[name]) for name in MESH_AXES), ep=ep, etp=etp or tp)
+        return cls(((name, sizes[name]) for name in order), ep=ep, etp=etp or tp)
 
     # sizes ---------------------------------------------------------------------------
 
@@ -130,6 +137,12 @@ class Mesh:
     def dp(self) -> int:
         """Data-parallel replicas of the model (dp_shard x dp_replicate)."""
         return self.size("dp")
+
+    @property
+    def pp_outermost(self) -> bool:
+        """Whether each pipeline stage is a contiguous block of ranks (pp the outermost axis
+        of more than one stage), so that a data-parallel replica is not."""
+        return self.pp > 1 and self.strides["pp"] * self.pp == self.world and self.dp > 1
 
     @property
     def slice_size(self) -> int:
@@ -269,4 +282,5 @@ def mesh_for(scenario: Scenario) -> Mesh:
     """The mesh of a validated scenario's parallel layout."""
     par = scenario.parallelism
     return Mesh.from_sizes(tp=par.tp, cp=par.cp, pp=par.pp, dp=scenario.dp, shard_group_size=par.shard_group_size,
-                           ep=par.ep, etp=par.expert_tp)
+                           ep=par.ep, etp=par.expert_tp,
+                           order=MEGATRON_AXES if par.rank_order == "tp-cp-dp-pp" else MESH_AXES)

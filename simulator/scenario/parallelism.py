@@ -167,6 +167,11 @@ class ParallelismSpec(Frozen):
     shard_group_size: PositiveInt | None = Field(None, description="hsdp / mics: ranks holding one model replica")
     offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer states and step on the CPU")
     tp_overlap: bool = Field(True, description="overlap the backward TP collective with the weight-gradient GEMM")
+    rank_order: Literal["tp-cp-pp-dp", "tp-cp-dp-pp"] = Field(
+        "tp-cp-pp-dp", description="how ranks are placed on GPUs, innermost axis first: tp-cp-pp-dp (a pipeline's "
+        "stages on neighbouring GPUs, each data-parallel replica a contiguous block) or tp-cp-dp-pp (Megatron-Core's "
+        "default order tp-cp-ep-dp-pp: each pipeline stage a contiguous block of world/pp ranks, so an expert-parallel "
+        "group folded inside a stage stays on the fewest nodes); expert groups fold within a stage either way")
     p2p_blocking: bool = Field(
         False, description="a pipeline send holds its rank until the transfer is done (Megatron: batched isend/irecv "
         "waited on, then torch.cuda.synchronize; 1F1B and GPipe); false: sends run beside the next compute")

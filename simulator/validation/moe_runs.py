@@ -5,6 +5,8 @@
   containers): layout (TP, PP, CP, VP, EP), GBS, MBS, sequence, precision and tokens/s per
   GPU; every MoE benchmark there is token-dropless with the token distribution force-balanced
   among experts (the tables' footnote). ``step = GBS * seq / (tokens/s/GPU * GPUs)``.
+* The performance recipe of each row (:mod:`simulator.validation.moe_recipes`): the settings
+  dtsim models written into the scenario, the others listed as not modelled, all cited.
 * A per-model setting of the performance recipe that produced a row, where the row's layout
   needs it (DeepSeek-V3's uneven pipeline layout over PP 8 x VP 4, with its multi-token
   prediction layer), comes from that recipe at the container's release commit, cited in the
@@ -24,6 +26,7 @@ from typing import Any
 
 from simulator.errors import ScenarioError
 from simulator.scenario import Scenario
+from simulator.validation import moe_recipes
 
 __all__ = ["MoeRun", "moe_run"]
 
@@ -37,12 +40,13 @@ GPUS_PER_DGX = 8  # DGX-H100: 8 H100 (topologies/nodes/dgx-h100.yaml)
 
 # the network model of every row (a simulation-speed choice, the same for the whole source): measured on
 # the four rows the flow model finishes (gpt-oss 120B and Qwen3-30B-A3B, 25.11 and 26.02), the
-# analytical model's step is 0.82-1.58% (mean 1.20%) below the flow model's
+# analytical model's step is 0.001-0.08% below the flow model's (their EP groups sit inside one DGX
+# under Megatron-Core's rank order; 0.82-1.58% with dtsim's earlier strided placement)
 NETWORK_METHOD = ("sim.network analytical (a simulation-speed choice, the same for every row of this source): the "
                   "flow model's max-min fair share over EP x (EP-1) flows per all-to-all had not finished a "
                   "Qwen3-235B-A22B row (EP 32: 992 flows, four all-to-alls per MoE layer and micro-batch) after 28 "
                   "minutes; on the four rows it finishes (gpt-oss 120B, Qwen3-30B-A3B) the analytical step is "
-                  "0.82-1.58% (mean 1.20%) shorter than the flow model's")
+                  "0.001-0.08% shorter than the flow model's")
 
 # per-model pipeline layouts of the performance recipes that produced a table (a per-model recipe setting of
 # the framework, stated in the record's assumptions, not a profile default), keyed by the table's NeMo container,
@@ -100,8 +104,8 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
               "experts: training.moe_routing.skew 0 (table footnote)"]
     assumptions = ["DGX-H100 (record): dtsim's dgx-h100 node",
                    f"model: dtsim preset {m['preset']} (its citation) for the table's {m['name']}",
-                   "settings the table does not state (optimizer sharding, recomputation, dispatcher, overlap flags): "
-                   "the nemo profile: the runs are NeMo containers' Megatron-Bridge recipes, which train through "
+                   "settings neither the table nor its performance recipe (below, where listed) states (optimizer "
+                   "sharding, overlap flags): the nemo profile: the runs are NeMo containers' Megatron-Bridge recipes, which train through "
                    "Megatron-Core with NeMo's recipe defaults (distributed optimizer with both overlaps: the profile's "
                    "citations)"]
     if vp > 1:
@@ -131,9 +135,13 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
         training["fp8"] = {"recipe": "tensorwise"}
         if precision.upper() == "FP8-CS":
             stated.append(FP8_CS)
+            recipe_fp8 = moe_recipes.FP8_CS_RECIPE.get(container.group(1) if container else "")
+            if recipe_fp8:
+                assumptions.append(f"the performance recipe's FP8 is FP8-CS too: {recipe_fp8}")
         elif precision.upper() == "FP8":
+            recipe_fp8 = moe_recipes.FP8_CS_RECIPE.get(container.group(1) if container else "")
             assumptions.append(f"FP8 granularity not stated in this table; the same rows of the 25.11 table say "
-                               f"FP8-CS. {FP8_CS}")
+                               f"FP8-CS, and the performance recipe is FP8-CS: {recipe_fp8}. {FP8_CS}")
         else:
             assumptions.append("precision: the 25.09 table has no precision column; its footnote gives the "
                                "parenthesised numbers a different FP8 granularity (H100: 128x128 weights, 1x128 "
@@ -147,6 +155,9 @@ def _megatron_bridge(r: dict[str, Any]) -> MoeRun:
         "training": training,
         **({"sim": sim} if sim else {}),
     }
+    recipe = moe_recipes.recipe_for(container.group(1) if container else "", m["preset"])
+    if recipe is not None:
+        assumptions += moe_recipes.apply(scenario, recipe)
     tps = measured["tokens_per_s_per_gpu"]
     step = batch["global_batch"] * seq / (tps * gpus)
     return MoeRun(scenario, step, f"{tps} tokens/s per GPU (Megatron-Bridge table)", stated, assumptions)

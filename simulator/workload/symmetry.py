@@ -35,7 +35,10 @@ SMALL_COLLECTIVE_BYTES = 1 * MiB
 def block_ranks(mesh: Mesh, gpus_per_node: int) -> int:
     """Ranks of the smallest block of whole nodes that holds whole data-parallel replicas (and
     whole expert-parallel groups: ``ep*etp`` consecutive ranks of a stage, so ``lcm(ep*etp, tp*cp) /
-    (tp*cp)`` replicas)."""
+    (tp*cp)`` replicas). With pp outermost (Megatron-Core's order) a replica spans the whole
+    world: one block."""
+    if mesh.pp_outermost:
+        return mesh.world
     replicas = math.lcm(mesh.ep * mesh.etp, mesh.tp * mesh.cp) // (mesh.tp * mesh.cp)
     return math.lcm(mesh.slice_size * replicas, gpus_per_node)
 
@@ -102,6 +105,9 @@ class Symmetry:
         if found is None:
             m = self.mesh
             stage = m.stage(rank)
+            if m.pp_outermost:  # the block is the world: every rank of the stage
+                found = self._siblings[rank] = sorted(m.stage_ranks(rank))
+                return found
             slice_size = m.slice_size
             replicas = max(1, self.block // slice_size)
             first = (rank // slice_size) * slice_size
