@@ -42,7 +42,7 @@ def test_fabric_registry_keys_are_the_kind_tags():
 
 
 def test_collective_algorithms_are_registered_by_name(cli):
-    assert list(ALGORITHMS) == ["ring", "tree", "nvls", "hierarchical", "direct", "chain"]
+    assert list(ALGORITHMS) == ["ring", "tree", "nvls", "hierarchical", "direct", "chain", "deepep"]
     out = cli("collective", "--node", "p4d.24xlarge", "--algorithm", "bogus", "--sizes", "1MiB")
     assert out.exit_code == 2 and "ring, tree, nvls, hierarchical, direct, chain" in out.output
 

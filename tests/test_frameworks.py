@@ -150,7 +150,7 @@ def test_cli_summary_lists_the_framework_settings():
                           "--set", "parallelism.zero.reduce_bucket_size=50000000"],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "megatron-core: 13 setting(s) differ from generic" in out.stdout
+    assert "megatron-core: 14 setting(s) differ from generic" in out.stdout
     assert "parallelism.zero.overlap_comm = false (megatron-core)" in out.stdout
     assert "parallelism.zero.reduce_bucket_size = 50,000,000 elements (scenario)" in out.stdout
     assert "training.grad_reduce_dtype = fp32-for-bf16 (megatron-core)" in out.stdout

@@ -79,7 +79,7 @@ def test_every_source_is_validated(validation):
     summary = validation.summary()["per_source"]
     assert set(summary) == set(THRESHOLDS)
     assert summary["megatron-sc21"]["records"] == 10 and summary["megatron-core"]["records"] == 9
-    assert summary["llm-foundry"]["records"] >= 60 and summary["moe"]["records"] == 6
+    assert summary["llm-foundry"]["records"] >= 60 and summary["moe"]["records"] == 7
     assert summary["torchtitan"]["records"] == 20
 
 
@@ -152,9 +152,9 @@ def test_records_not_simulated_are_named_with_the_reason():
     Foundry (61) and torchtitan (20: 18 from the December 2024 H100 tables, 2 H200 runs) mappers
     take 100. Not simulated, with their reason: the two Megatron-Core strong-scaling rows (their
     layout is not stated): 100 + 2 = 102. The project's copy adds 9 mixture-of-experts records
-    (source moe, issue 15): of its 7 Megatron-Bridge H100 rows 6 are simulated and 1 listed with
-    the simulator's reason (DeepSeek-V3: 61 layers over pp 8 x vp 4); Megatron-Core's
-    one-line Mixtral figure and DeepSeek-V3's run average stay listed with their reason."""
+    (source moe, issue 15): its 7 Megatron-Bridge H100 rows are simulated (DeepSeek-V3's 61
+    layers over pp 8 x vp 4 by its recipe's pipeline layout); Megatron-Core's one-line Mixtral
+    figure and DeepSeek-V3's run average stay listed with their reason."""
     from simulator.validation.records import _data, load_records, unmapped_records, unmapped_summary
 
     total = len(_data()["training_records"])
@@ -164,12 +164,10 @@ def test_records_not_simulated_are_named_with_the_reason():
     strong = {i: why for i, why in unmapped.items() if i.startswith("mcore")}
     assert sorted(strong) == ["mcore_h100_strong_gpt3_177b_4608gpu", "mcore_h100_strong_gpt3_177b_96gpu"]
     assert all("layout not stated" in why for why in strong.values())
-    # the Megatron-Bridge rows are simulated, or listed with the simulator's reason for a layout or
-    # preset field it does not model yet: 6 simulated, 1 not simulable, 2 not stated as runs
+    # the Megatron-Bridge rows are all simulated; 2 moe records are not stated as runs
     assert "not stated" in moe.pop("moe_mcore_v08_mixtral_8x7b") and "DualPipe" in moe.pop(
         "moe_deepseek_v3_report_h800")
-    assert list(moe) == ["moe_mbridge_2509_h100_deepseek_v3"], moe
-    assert all(why.startswith("not simulable in this build:") for why in moe.values())
+    assert moe == {}, moe
     assert unmapped_summary().startswith(f"{len(unmapped)} training records")
 
 
