@@ -11,7 +11,7 @@ moe_layer.py:636), k = top-k, f = the busiest EP rank's load over the balanced o
     (ep group) -> all-gather over the expert-TP group (etp > 1) -> shared experts (fc1, act,
     fc2 on the tp-gathered T*tp tokens, split by tp) -> routed experts' fc1
     [f*T*k*etp, h] x [h, n_up*F_e/etp], act, fc2 [f*T*k*etp, F_e/etp] x [F_e/etp, h] (one
-    grouped GEMM over the rank's E/ep experts) -> reduce-scatter over the expert-TP group ->
+    grouped GEMM over the rank's E/ep experts, reading each one's weight) -> reduce-scatter over the expert-TP group ->
     combine all-to-all -> unpermute and weighted sum
 
 The all-gather / reduce-scatter over the expert-TP group (``pg_collection.expt_tp``) are
@@ -125,6 +125,7 @@ def moe_mlp_forward(model: ModelSpec, shard: Shard, moe: MoeShape) -> list[Kerne
     n_up = 2 if model.mlp == "swiglu" else 1
     routed = T * model.top_k * moe.factor * moe.etp
     fe = model.expert_ffn / moe.etp
+    local = model.experts / moe.ep  # the grouped GEMM reads each local expert's weight
     act = (n_up + 1) * e
     kernels = [
         _gemm("router", T, model.experts, h, e, "mlp", shard.gemm_precision),
@@ -136,9 +137,9 @@ def moe_mlp_forward(model: ModelSpec, shard: Shard, moe: MoeShape) -> list[Kerne
                     _memory("shared.act", Ts * fs * act, "mlp", (Ts, fs)),
                     _gemm("shared.fc2", Ts, h, fs, e, "mlp", shard.gemm_precision)]
     kernels += [
-        _gemm("experts.fc1", routed, n_up * fe, h, e, "mlp", shard.gemm_precision),
+        _gemm("experts.fc1", routed, n_up * fe, h, e, "mlp", shard.gemm_precision, local),
         _memory("experts.act", routed * fe * act, "mlp", (routed, fe)),
-        _gemm("experts.fc2", routed, h, fe, e, "mlp", shard.gemm_precision),
+        _gemm("experts.fc2", routed, h, fe, e, "mlp", shard.gemm_precision, local),
         _memory("unpermute", 2 * T * model.top_k * h * e, "mlp", (T * model.top_k, h)),
     ]
     return kernels
