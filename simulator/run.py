@@ -153,7 +153,8 @@ def _moe(scenario: Scenario, workload: Workload, rows: list[Row], result: Result
     for r in rows:
         if r.stream in ("ep", "tp_ep"):  # the all-to-alls, or the allgather / deepep dispatcher's exchange
             a2a_of[r.rank] = a2a_of.get(r.rank, 0.0) + r.duration_s
-        elif r.name.endswith((".experts", ".experts.bwd")):
+        elif r.name.endswith((".experts", ".experts.bwd")) or (r.name.endswith(".fp8_cast") and "experts.fc" in r.name):
+            # the routed experts' GEMMs, and under fp8 the casts split off before them (steps.split_casts)
             experts_of[r.rank] = experts_of.get(r.rank, 0.0) + r.duration_s
     rank = max(sorted({*experts_of, *a2a_of}), key=lambda k: experts_of.get(k, 0.0) + a2a_of.get(k, 0.0),
                default=result.breakdown.rank)

@@ -26,7 +26,7 @@ class MoeSummary(BaseModel):
         "by which the routed experts' GEMMs and the all-to-all messages exceed perfect balance")
     imbalance_spread: float = Field(description="standard deviation of that factor over the draws (micro-batches)")
     dropped_fraction: float = Field(description="routed tokens dropped above the capacity factor (0 when dropless)")
-    expert_compute_s: float = Field(description="routed-expert kernel time per step of the simulated rank with the most "
+    expert_compute_s: float = Field(description="routed-expert kernel time (GEMMs, activation and fp8 casts) per step of the simulated rank with the most "
                                     "expert work (its stage holds the most MoE layers)")
     all_to_all_s: float = Field(description="that rank's dispatch/combine time per step (on the ep stream)")
     all_to_all_share: float = Field(description="all_to_all_s over the step time")

@@ -19,7 +19,15 @@ Three independent choices, each a plain name:
   per element instead of 2 (torchtitan ``enable_fsdp_float8_all_gather``, Megatron
   ``--fp8-param-gather``).
 
-``output_head`` puts the LM head (the ``output`` linear) in fp8 too. The costs these choices
+``output_head`` puts the LM head (the ``output`` linear) in fp8 too. ``experts`` says whether an
+MoE layer's routed experts' grouped GEMMs run in fp8: ``auto`` follows the framework, fp8 under
+Transformer Engine (Megatron-Core's TE spec builds them as ``TEGroupedMLP`` with
+``TEColumnParallelGroupedLinear`` / ``TERowParallelGroupedLinear``, which run under the fp8
+autocast: megatron/core/extensions/transformer_engine_spec_provider.py:75-85 at d98e8a6),
+bf16 under torchao ``linears`` (torchtitan converts ``GroupedExperts`` only when
+``Float8GroupedExpertsConverter`` is configured beside ``Float8LinearConverter``:
+torchtitan/components/quantization/float8.py:216-265 at b5bcd76); ``fp8`` under ``linears`` is
+that converter (dynamic rowwise scaling, whatever ``recipe`` says, and bf16 all-gathers). The costs these choices
 imply live in :mod:`simulator.costs.fp8`.
 """
 
@@ -32,11 +40,12 @@ from pydantic import Field, model_validator
 from simulator.errors import ScenarioError
 from simulator.fields import Frozen
 
-__all__ = ["Fp8Spec", "Fp8Recipe", "Fp8Gemms", "Fp8AllGather"]
+__all__ = ["Fp8Spec", "Fp8Recipe", "Fp8Gemms", "Fp8AllGather", "Fp8Experts"]
 
 Fp8Recipe = Literal["tensorwise", "rowwise", "delayed", "blockwise", "mxfp8"]
 Fp8Gemms = Literal["linears", "transformer-engine"]
 Fp8AllGather = Literal["bf16", "fp8"]
+Fp8Experts = Literal["auto", "fp8", "bf16"]
 
 
 class Fp8Spec(Frozen):
@@ -56,6 +65,15 @@ class Fp8Spec(Frozen):
     output_head: bool = Field(
         False, description="run the LM head (output projection) in fp8 too (torchao without filter_fqns "
         "['output']); Megatron-Core keeps it bf16")
+    experts: Fp8Experts = Field(
+        "auto", description="an MoE layer's routed experts: fp8 grouped GEMMs (each local expert's weight cast) | "
+        "bf16 | auto (fp8 under transformer-engine, TEGroupedMLP; bf16 under linears, as torchtitan without "
+        "Float8GroupedExpertsConverter); shared experts follow gemms, the router stays bf16")
+
+    @property
+    def routed_experts_fp8(self) -> bool:
+        """Whether the routed experts' grouped GEMMs run in fp8 (``experts`` resolved)."""
+        return self.experts == "fp8" or (self.experts == "auto" and self.gemms == "transformer-engine")
 
     @model_validator(mode="after")
     def _check(self) -> Fp8Spec:

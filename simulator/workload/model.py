@@ -61,6 +61,7 @@ class Kernel:
     attn: AttentionShape | None = None  # fused attention: what the kernel tables look up
     bwd_nbytes: float | None = None  # a memory kernel whose backward moves other than twice its bytes
     elements: tuple[float, ...] | None = None  # a memory-bound kernel: the tensor shape it sweeps (traces)
+    groups: float = 1.0  # a grouped GEMM: the [k, n] weights it multiplies (local experts), each read (and cast) once
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,16 @@ def _memory(name: str, nbytes: float, section: str, elements: tuple[float, ...])
     return Kernel(name, "memory", 0.0, nbytes, None, section, elements=elements)
 
 
-def _gemm_bytes(m: float, n: float, k: float, operand_bytes: float, out_bytes: float) -> float:
-    """HBM bytes of [m, k] x [k, n]: both operands read once, the output written once."""
-    return (m * k + k * n) * operand_bytes + m * n * out_bytes
+def _gemm_bytes(m: float, n: float, k: float, operand_bytes: float, out_bytes: float, groups: float = 1.0) -> float:
+    """HBM bytes of [m, k] x [k, n]: both operands read once, the output written once; a grouped
+    GEMM (``groups`` weights, the m rows split among them) reads each of its [k, n] weights."""
+    return (m * k + groups * k * n) * operand_bytes + m * n * out_bytes
 
 
-def _gemm(name: str, m: float, n: float, k: float, elem: int, section: str, precision: str = "") -> Kernel:
-    return Kernel(name, "gemm", gemm_flops(m, n, k), _gemm_bytes(m, n, k, elem, elem), (m, n, k), section,
-                  precision)
+def _gemm(name: str, m: float, n: float, k: float, elem: int, section: str, precision: str = "",
+          groups: float = 1.0) -> Kernel:
+    return Kernel(name, "gemm", gemm_flops(m, n, k), _gemm_bytes(m, n, k, elem, elem, groups), (m, n, k), section,
+                  precision, groups=groups)
 
 
 def _cast(of: str, cast: CastKernel, section: str) -> Kernel:
@@ -129,16 +132,18 @@ def _cast(of: str, cast: CastKernel, section: str) -> Kernel:
 
 
 def _linear(name: str, m: float, n: float, k: float, shard: Shard, section: str, *, fused_input: bool = False,
-            head: bool = False) -> list[Kernel]:
+            head: bool = False, groups: float = 1.0) -> list[Kernel]:
     """A linear layer's forward [m, k] x [k, n]: its GEMM, after its operand casts when it runs
-    in fp8 (``fused_input``: the norm before it writes the fp8 input; ``head``: the LM head)."""
+    in fp8 (``fused_input``: the norm before it writes the fp8 input; ``head``: the LM head).
+    ``groups``: a grouped GEMM over that many [k, n] weights (an MoE layer's local experts, the
+    m rows split among them): each weight is read and cast, ``groups * k * n`` elements."""
     casting = shard.fp8
     if casting is None or (head and not casting.output_head):
-        return [_gemm(name, m, n, k, shard.elem, section, shard.gemm_precision)]
+        return [_gemm(name, m, n, k, shard.elem, section, shard.gemm_precision, groups)]
     casts = [*cast_kernels(casting, "input", m * k, "fwd", fused_read=fused_input),
-             *cast_kernels(casting, "weight", k * n, "fwd")]
-    gemm = Kernel(name, "gemm", gemm_flops(m, n, k), _gemm_bytes(m, n, k, FP8_BYTES, shard.elem), (m, n, k),
-                  section, "fp8", casting)
+             *cast_kernels(casting, "weight", groups * k * n, "fwd")]
+    gemm = Kernel(name, "gemm", gemm_flops(m, n, k), _gemm_bytes(m, n, k, FP8_BYTES, shard.elem, groups), (m, n, k),
+                  section, "fp8", casting, groups=groups)
     return [*(_cast(name, c, section) for c in casts), gemm]
 
 
@@ -208,19 +213,24 @@ def block_forward(model: ModelSpec, shard: Shard, *, recompute_core_only: bool =
 def _gemm_backward(k: Kernel) -> list[Kernel]:
     """dgrad [m, n] x [n, k] and wgrad [k, m] x [m, n] of a forward GEMM [m, k] x [k, n]; an fp8
     GEMM's preceded by its backward casts (output gradient and weight before dgrad, the input's
-    transposed copy before wgrad)."""
+    transposed copy before wgrad). A grouped GEMM's dgrad reads its ``groups`` weights and its
+    wgrad writes their gradients: ``groups * k * n`` elements each (16-bit when the run is not
+    fp8, so dgrad and wgrad move the forward's bytes)."""
     assert k.mnk is not None
     m, n, kk = k.mnk
+    g = k.groups
     dgrad, wgrad = k.name + ".dgrad", k.name + ".wgrad"
     if k.fp8 is None:
-        return [Kernel(dgrad, "gemm", k.flops, k.nbytes, (m, kk, n), k.section, k.precision),
-                Kernel(wgrad, "gemm", k.flops, k.nbytes, (kk, n, m), k.section, k.precision)]
+        return [Kernel(dgrad, "gemm", k.flops, k.nbytes, (m, kk, n), k.section, k.precision, groups=g),
+                Kernel(wgrad, "gemm", k.flops, k.nbytes, (kk, n, m), k.section, k.precision, groups=g)]
     c, elem = k.fp8, activation_bytes("fp8")  # fp8 operands, 16-bit gradients out
-    before_dgrad = [*cast_kernels(c, "grad_output", m * n, "bwd"), *cast_kernels(c, "weight", kk * n, "bwd")]
+    before_dgrad = [*cast_kernels(c, "grad_output", m * n, "bwd"), *cast_kernels(c, "weight", g * kk * n, "bwd")]
+    dgrad_bytes = (m * n + g * n * kk) * FP8_BYTES + m * kk * elem
+    wgrad_bytes = (kk * m + m * n) * FP8_BYTES + g * kk * n * elem
     return [*(_cast(dgrad, x, k.section) for x in before_dgrad),
-            Kernel(dgrad, "gemm", k.flops, _gemm_bytes(m, kk, n, FP8_BYTES, elem), (m, kk, n), k.section, "fp8"),
+            Kernel(dgrad, "gemm", k.flops, dgrad_bytes, (m, kk, n), k.section, "fp8", groups=g),
             *(_cast(wgrad, x, k.section) for x in cast_kernels(c, "input", m * kk, "bwd")),
-            Kernel(wgrad, "gemm", k.flops, _gemm_bytes(kk, n, m, FP8_BYTES, elem), (kk, n, m), k.section, "fp8")]
+            Kernel(wgrad, "gemm", k.flops, wgrad_bytes, (kk, n, m), k.section, "fp8", groups=g)]
 
 
 def backward_of(kernels: list[Kernel]) -> list[Kernel]:

@@ -40,8 +40,10 @@ from simulator.workload.layout import ModelLayout
 
 __all__ = ["Strategy", "grad_reduce_bytes", "param_bytes", "gathered_bytes_per_element", "host_memory_bandwidth", "S"]
 
-# the parameters (``ModelLayout.chunk_params`` names) of the GEMMs an fp8 run quantizes
-FP8_GEMM_WEIGHTS = (".qkv", ".proj", ".fc1", ".fc2")
+# the parameters (``ModelLayout.chunk_params`` names) of the GEMMs an fp8 run quantizes (the
+# routed ``.experts`` too when they run fp8 under Transformer Engine: gathered_bytes_per_element)
+FP8_GEMM_WEIGHTS = (".qkv", ".proj", ".fc1", ".fc2", ".shared_experts")
+ROUTED_EXPERTS = ".experts"
 LM_HEAD = "final_norm+output"
 
 S = TypeVar("S")
@@ -74,14 +76,20 @@ def gathered_bytes_per_element(scenario: Scenario, params: list[Param]) -> float
     """Mean bytes per element of ``params`` as all-gathered from their shards: :func:`param_bytes`,
     except the fp8 GEMM weights under ``training.fp8.all_gather: fp8``, 1 byte each (torchtitan
     ``enable_fsdp_float8_all_gather``, Megatron ``--fp8-param-gather``); norms, embeddings and
-    a 16-bit LM head stay 16-bit."""
+    a 16-bit LM head stay 16-bit. The routed experts' weights go in fp8 when they run fp8 under
+    Transformer Engine (``--fp8-param-gather`` makes every TE module's weight fp8, the grouped
+    experts' included); torchao's fp8 grouped experts gather in bf16 (torchtitan
+    components/quantization/float8.md:53 at b5bcd76: rowwise scaling keeps communication in high
+    precision)."""
     base = float(param_bytes(scenario))
     train = scenario.training
     total = sum(p.numel for p in params)
     if train.precision != "fp8" or train.fp8.all_gather != "fp8" or total == 0:
         return base
+    experts = train.fp8.routed_experts_fp8 and train.fp8.gemms == "transformer-engine"
     fp8 = sum(p.numel for p in params
-              if p.name.endswith(FP8_GEMM_WEIGHTS) or (p.name == LM_HEAD and train.fp8.output_head))
+              if p.name.endswith(FP8_GEMM_WEIGHTS) or (p.name == LM_HEAD and train.fp8.output_head)
+              or (experts and p.name.endswith(ROUTED_EXPERTS)))
     return (base * (total - fp8) + FP8_BYTES * fp8) / total
 
 
