@@ -77,9 +77,10 @@ def _qwen3(release: str, preset: str) -> Recipe:
     overlap, a2a = _a2a_overlap(release, f"{base}:{cfg}")
     deepep = not big and release == V030
     dispatcher = _moe_provider(release, True)
-    if deepep:  # the flex dispatcher replaces the provider's alltoall: dtsim's nearest is kept, and said so
-        dispatcher = (dispatcher[0], dispatcher[1], "not the recipe's (its DeepEP flex dispatcher is not modelled in "
-                      f"this build, below); the provider's default under it: {dispatcher[2]}")
+    if deepep:  # the flex dispatcher with its DeepEP backend replaces the provider's alltoall
+        dispatcher = ("parallelism.moe.dispatcher", "deepep",
+                      f"moe_flex_dispatcher_backend 'deepep' ({release} {base}:{cfg}) with moe_token_dispatcher_type "
+                      f"'flex' ({release} src/megatron/bridge/training/flex_dispatcher_backend.py:67-69)")
     settings = [
         ("training.recompute", "none",
          f"recompute_granularity, recompute_method and recompute_num_layers None: {release} {pre}:{common}"),
@@ -91,10 +92,6 @@ def _qwen3(release: str, preset: str) -> Recipe:
         settings.append(("parallelism.tp_comm_overlap", False,
                          f"CommOverlapConfig(tp_comm_overlap=False): {release} {pre}:{fn}"))
     unmodelled = [a2a, f"moe_router_fusion True ({release} {pre}:{common}): dtsim times the router as its GEMM only"]
-    if deepep:
-        unmodelled.append(f"moe_flex_dispatcher_backend 'deepep' ({release} {base}:{cfg}; moe_token_dispatcher_type 'flex': "
-                          f"{release} src/megatron/bridge/training/flex_dispatcher_backend.py:67-69): DeepEP's fused "
-                          "dispatch/combine kernels; this build has no deepep dispatcher, so the alltoall one is kept")
     differs = ""
     if release == V020 and not big:
         differs = (f"the recipe's layout ({release} {base}:27-31 and 233-239: MBS 1 by default, VP 12, GBS 512) is not "
@@ -120,9 +117,9 @@ def _deepseek_v3_2509() -> Recipe:
     run = "scripts/performance/run_script.py"
     return Recipe(
         (("parallelism.zero.overlap_comm", False, f"overlap_grad_reduce False on H100: {R010} {run}:101-102"),
-         ("parallelism.moe.overlap_ep_comm", False, f"moe_shared_expert_overlap False on H100: {R010} {run}:82-85")),
-        (f"DeepEP dispatcher (enable_deepep on H100, {R010} {run}:56 and 73): this build has no deepep dispatcher",
-         f"overlap_moe_expert_parallel_comm and delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85): "
+         ("parallelism.moe.overlap_ep_comm", False, f"moe_shared_expert_overlap False on H100: {R010} {run}:82-85"),
+         ("parallelism.moe.dispatcher", "deepep", f"DeepEP dispatcher (enable_deepep on H100, {R010} {run}:56 and 73)")),
+        (f"overlap_moe_expert_parallel_comm and delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85): "
          "Megatron-Core's combined 1F1B all-to-all overlap, not modelled",
          f"recompute_modules ['mla_up_proj', 'mlp'] on H100 ({R010} {run}:90-91): not modelled"))
 
