@@ -21,7 +21,8 @@ its pass comes) does not mirror, and holding their sends would wait on receives 
 Under DualPipe (:func:`~.schedules.dualpipe`) a rank holds a chunk of each direction; the
 reverse direction's transfers have queues of their own (``pp.send.act.reverse`` ...), as its
 peers are the other neighbours, so neither direction waits behind the other's unmatched
-transfer. A paired forward and backward (``Action.paired``) are emitted step by step in turn
+transfer. A paired forward and backward (``Action.paired``: DualPipe's, and Megatron-Core's
+combined 1F1B with ``parallelism.moe.overlap_a2a_1f1b``) are emitted step by step in turn
 (:meth:`PipelineEmitter._forward_backward`); a zero-bubble backward's input-gradient half
 (``I``) and its deferred weight gradients (``W``) are emitted as phases ``bwd_input`` and
 ``bwd_weight`` of :class:`~simulator.workload.layers.LayerEmitter`, the data-parallel
@@ -104,7 +105,7 @@ class PipelineEmitter:
     def emit_rank(self, emit: RankEmitter[Any]) -> None:
         par = self.sc.parallelism
         schedule = pipeline_schedule(par.pipeline_schedule, par.pp, emit.stage, self.sc.micro_batches,
-                                     par.virtual_stages)
+                                     par.virtual_stages, combined=par.moe.overlap_a2a_1f1b)
         last_b = {}  # per chunk: the action that completes its weight gradients
         self._held = []
         for i, action in enumerate(schedule):
@@ -116,7 +117,7 @@ class PipelineEmitter:
         i = 0
         while i < len(schedule):
             action = schedule[i]
-            if action.paired:  # DualPipe's F&B: the two passes interleaved step by step
+            if action.paired:  # DualPipe's F&B, combined 1F1B: the two passes interleaved step by step
                 kept += self._forward_backward(emit, action, schedule[i + 1], last=(last_b.get(schedule[i + 1].chunk) == i + 1))
                 i += 2
                 continue
