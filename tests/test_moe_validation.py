@@ -111,6 +111,7 @@ def test_every_row_states_its_performance_recipe():
     ds = moe_runs._megatron_bridge(_record("moe_mbridge_2509_h100_deepseek_v3"))
     assert ds.scenario["parallelism"]["zero"] == {"overlap_comm": False}
     assert ds.scenario["parallelism"]["moe"]["overlap_a2a_1f1b"] is True
+    assert any(a.startswith("not modelled") and "recompute_modules ['mla_up_proj', 'mlp']" in a for a in ds.assumptions)
     assert any("run_script.py:101-102" in a for a in ds.assumptions)
 
 

@@ -123,7 +123,7 @@ def _deepseek_v3_2509() -> Recipe:
           f"overlap_moe_expert_parallel_comm and delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85): "
           "Megatron-Core's combined 1F1B schedule (delay_wgrad_compute reorders weight-gradient GEMMs within a "
           "layer's merged pass, not timed separately)")),
-        (f"recompute_modules ['mla_up_proj', 'mlp'] on H100 ({R010} {run}:90-91): not modelled"))
+        (f"recompute_modules ['mla_up_proj', 'mlp'] on H100 ({R010} {run}:90-91): not modelled",))
 
 
 # (container, preset) -> the recipe of that container's DGX-H100 row
