@@ -95,10 +95,15 @@ def test_what_megatron_refuses_names_its_field(par, field):
     assert err.value.field == field
 
 
-def test_full_recomputation_is_refused():
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("training", "recompute", "full"),  # transformer_config.py:3021-3023
+    ("training", "precision", "fp32"),  # 3035-3037: a bf16 or fp16 model
+    ("model", "mtp_layers", 2),  # 3042-3046: at most one multi-token-prediction layer
+])
+def test_other_refusals_name_their_field(section, key, value):
     data = _moe(1, False).model_dump(exclude_unset=True)
     data["parallelism"]["moe"] = {"overlap_a2a_1f1b": True}
-    data["training"]["recompute"] = "full"
+    data[section][key] = value
     with pytest.raises(InfeasibleError) as err:
         Scenario.model_validate(data)
-    assert err.value.field == "training.recompute"
+    assert err.value.field == f"{section}.{key}"

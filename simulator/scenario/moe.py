@@ -80,8 +80,8 @@ class MoeOptions(Frozen):
         False, description="Megatron-Core --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute): the "
         "combined 1F1B schedule, each steady-state forward run layer by layer beside the backward of another "
         "micro-batch so that one's dispatch and combine run beside the other's compute, one extra warm-up forward; "
-        "pp 1 or the interleaved schedule, ep > 1, the alltoall or deepep dispatcher, no full recomputation, "
-        "overlap_ep_comm false")
+        "pp 1 or the interleaved schedule, ep > 1, the alltoall or deepep dispatcher, no full recomputation, a "
+        "bf16/fp16/fp8 model, overlap_ep_comm false, at most one mtp layer (Megatron-Core's asserts)")
 
 
 class MoeRouting(Frozen):
@@ -133,7 +133,7 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
         for bad, what, field in unsupported:
             if bad:
                 raise InfeasibleError(f"multi-head latent attention with {what} is not modelled", field=field)
-    check_overlap_a2a_1f1b(par, training)
+    check_overlap_a2a_1f1b(model, par, training)
     if not model.moe:
         if par.ep > 1 or (par.etp or 1) > 1:  # etp 1 (the nemo profile's) splits nothing
             raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)",
@@ -169,12 +169,13 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
                               f"(got {len(hist)} summing to {sum(hist):.6g})", field="training.moe_routing.histogram")
 
 
-def check_overlap_a2a_1f1b(par: Any, training: Any) -> None:
+def check_overlap_a2a_1f1b(model: Any, par: Any, training: Any) -> None:
     """What Megatron-Core refuses with overlap_moe_expert_parallel_comm (TransformerConfig.
     __post_init__, megatron/core/transformer/transformer_config.py:3002-3041 at
     NVIDIA/Megatron-LM@3816e4de305284599b4d25137b22175412807913): pp > 1 without virtual stages
     (3007-3011), ep 1 (3013-3015), a dispatcher other than alltoall/flex (3016-3019), full
-    recomputation (3021-3023) and moe_shared_expert_overlap (3039-3041)."""
+    recomputation (3021-3023), a model in neither bf16 nor fp16 (3035-3037; fp8 runs on a bf16 model),
+    moe_shared_expert_overlap (3039-3041) and more than one multi-token-prediction layer (3042-3046)."""
     if not par.moe.overlap_a2a_1f1b:
         return
     refused = [(par.pp > 1 and par.pipeline_schedule != "interleaved", "parallelism.pipeline_schedule",
@@ -184,8 +185,11 @@ def check_overlap_a2a_1f1b(par: Any, training: Any) -> None:
                (par.moe.dispatcher == "allgather", "parallelism.moe.dispatcher",
                 "needs the alltoall or deepep (flex) dispatcher"),
                (training.recompute == "full", "training.recompute", "does not run with full recomputation"),
+               (training.precision in ("fp32", "tf32"), "training.precision",
+                f"needs a bf16 or fp16 model, not {training.precision}"),
                (par.moe.overlap_ep_comm, "parallelism.moe.overlap_ep_comm",
-                "excludes overlap_ep_comm (moe_shared_expert_overlap)")]
+                "excludes overlap_ep_comm (moe_shared_expert_overlap)"),
+               (model.mtp_layers > 1, "model.mtp_layers", "supports at most one multi-token-prediction layer")]
     for bad, field, why in refused:
         if bad:
             raise InfeasibleError(f"overlap_a2a_1f1b (Megatron-Core's combined 1F1B) {why}", field=field)
