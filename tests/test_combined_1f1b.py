@@ -107,3 +107,33 @@ def test_other_refusals_name_their_field(section, key, value):
     with pytest.raises(InfeasibleError) as err:
         Scenario.model_validate(data)
     assert err.value.field == f"{section}.{key}"
+
+
+@pytest.mark.parametrize(("pp", "v", "m"), [(1, 1, 1), (1, 1, 6), (2, 2, 2), (2, 2, 4), (4, 2, 8), (4, 3, 12)])
+def test_every_pass_runs_once_after_its_forward(pp, v, m):
+    """Each rank runs each (micro-batch, chunk) forward and backward once, the backward later; a
+    paired forward is followed by a backward; every forward after the warm-up ((p - rank - 1) * 2
+    + (v - 1) * p + 1, capped at m v) is paired: m v - warm-up pairs."""
+    for rank in range(pp):
+        actions = pipeline_schedule("interleaved" if pp > 1 else "1f1b", pp, rank, m, v, combined=True)
+        seen = {(a.kind, a.microbatch, a.chunk): i for i, a in enumerate(actions)}
+        assert len(seen) == len(actions) == 2 * m * v
+        assert all(seen[("F", mb, c)] < seen[("B", mb, c)] for _, mb, c in seen)
+        pairs = [i for i, a in enumerate(actions) if a.paired]
+        assert all(actions[i].kind == "F" and actions[i + 1].kind == "B" for i in pairs)
+        warmup = min((pp - rank - 1) * 2 + (v - 1) * pp + 1, m * v)
+        assert len(pairs) == m * v - warmup
+
+
+def test_deeper_interleaved_pipeline_runs_to_the_end():
+    """pp 4 x v 2 over 4 p5.48xlarge (ep 8 in each), 8 micro-batches of one layer per virtual
+    stage: the combined order's transfers all match (the step finishes) and it is shorter."""
+    model = {**MOE, "layers": 8}
+    def sc(overlap: bool) -> Scenario:
+        return Scenario.model_validate({"model": model, "cluster": {"node": "p5.48xlarge", "nodes": 4},
+                                        "parallelism": {"pp": 4, "ep": 8, "sharding": "zero1",
+                                                        "pipeline_schedule": "interleaved", "virtual_stages": 2,
+                                                        "moe": {"overlap_a2a_1f1b": overlap}},
+                                        "training": {"global_batch": 64, "micro_batch": 1}})
+    plain, combined = simulator.simulate(sc(False)), simulator.simulate(sc(True))
+    assert 0 < combined.step_time_s < plain.step_time_s
