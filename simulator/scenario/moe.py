@@ -82,6 +82,9 @@ class MoeOptions(Frozen):
         "micro-batch so that one's dispatch and combine run beside the other's compute, one extra warm-up forward; "
         "pp 1 or the interleaved schedule, ep > 1, the alltoall or deepep dispatcher, no full recomputation, a "
         "bf16/fp16/fp8 model, overlap_ep_comm false, at most one mtp layer (Megatron-Core's asserts)")
+    delay_wgrad_compute: bool = Field(
+        False, description="Megatron-Core --delay-wgrad-compute (needs overlap_a2a_1f1b): a layer's weight-gradient "
+        "GEMMs issued after the next layer's backward has started, so that its first all-to-all runs beside them")
 
 
 class MoeRouting(Frozen):
@@ -176,6 +179,13 @@ def check_overlap_a2a_1f1b(model: Any, par: Any, training: Any) -> None:
     (3007-3011), ep 1 (3013-3015), a dispatcher other than alltoall/flex (3016-3019), full
     recomputation (3021-3023), a model in neither bf16 nor fp16 (3035-3037; fp8 runs on a bf16 model),
     moe_shared_expert_overlap (3039-3041) and more than one multi-token-prediction layer (3042-3046)."""
+    if par.moe.delay_wgrad_compute and not par.moe.overlap_a2a_1f1b:
+        raise InfeasibleError("delay_wgrad_compute needs overlap_a2a_1f1b (Megatron-Core asserts "
+                              "overlap_moe_expert_parallel_comm with it, transformer_config.py:3073-3077 at 3816e4de)",
+                              field="parallelism.moe.delay_wgrad_compute")
+    if par.moe.delay_wgrad_compute and par.sharding not in ("none", "zero1"):
+        raise InfeasibleError(f"delay_wgrad_compute is modelled with sharding none or zero1 (Megatron's distributed "
+                              f"optimizer), not {par.sharding}", field="parallelism.sharding")
     if not par.moe.overlap_a2a_1f1b:
         return
     refused = [(par.pp > 1 and par.pipeline_schedule != "interleaved", "parallelism.pipeline_schedule",

@@ -194,11 +194,37 @@ class PipelineEmitter:
         return deps
 
     def _backward_iter(self, emit: RankEmitter[Any], action: Action, deps: list[int], *, last: bool) -> Iterator[int]:
-        """A full backward (``B``), or its input-gradient half (``I``, weights deferred)."""
+        """A full backward (``B``), or its input-gradient half (``I``, weights deferred); a full
+        one with ``parallelism.moe.delay_wgrad_compute`` as :meth:`_delayed_wgrad` runs it."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
         units = list(reversed(self.layout.units_of(chunk)))
+        if action.kind == "B" and self.sc.parallelism.moe.delay_wgrad_compute:
+            return self._delayed_wgrad(emit, chunk, units, action.microbatch, deps, last=last)
         phase = "bwd" if action.kind == "B" else "bwd_input"
         return self._run_units(emit, chunk, units, phase, action.microbatch, deps, last=last)
+
+    def _delayed_wgrad(self, emit: RankEmitter[Any], chunk: Chunk, units: list[int], mb: int, deps: list[int], *,
+                       last: bool) -> Iterator[int]:
+        """Megatron-Core's delay_wgrad_compute: a layer's weight-gradient GEMMs wait on the
+        compute stream until the next layer's backward has started, so that the next layer's
+        first all-to-all (its combine's backward) runs beside them rather than after them
+        (``TransformerLayerSchedulePlan.run`` issues ``backward_dw`` after the input gradients,
+        model_chunk_schedule_plan.py:270-301 at NVIDIA/Megatron-LM@3816e4de). Each unit's
+        input-gradient half runs in the full backward's place; the previous unit's weight
+        gradients (with the data-parallel gradient hooks, as after a deferred ``W``) are issued
+        right after the unit's first compute step, and the last unit's at the end."""
+        held: list[int] | None = None  # the units whose weight gradients wait
+        for group in self._groups(emit.stage, units, "bwd", last):
+            first = True
+            task = -1
+            for task in self._run_units(emit, chunk, group, "bwd_input", mb, deps, last=last):
+                if first and held is not None:
+                    _drain(self._run_units(emit, chunk, held, "bwd_weight", mb, [task], last=last))
+                first = False
+                yield task
+            held, deps = group, [task]
+        if held is not None:
+            yield _drain(self._run_units(emit, chunk, held, "bwd_weight", mb, deps, last=last))[0]
 
     def _send_backward(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> list[MemDelta]:
         """Send a backward's input gradients on; returns the frees of what it keeps until the step ends."""
