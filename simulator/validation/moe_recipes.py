@@ -60,10 +60,10 @@ def _a2a_overlap(release: str, where: str) -> tuple[tuple[str, Any, str], ...]:
     return (("parallelism.moe.overlap_ep_comm", False,
              f"moe_shared_expert_overlap False: moe_a2a_overlap True ({release} {where}) sets it in {helper}"),
             ("parallelism.moe.overlap_a2a_1f1b", True,
-             f"overlap_moe_expert_parallel_comm and delay_wgrad_compute True: moe_a2a_overlap True ({release} {where}) "
-             f"sets them in {helper}; Megatron-Core's combined 1F1B schedule, one micro-batch's dispatch/combine "
-             "beside another's compute (delay_wgrad_compute reorders weight-gradient GEMMs within a layer's merged "
-             "pass, not timed separately)"))
+             f"overlap_moe_expert_parallel_comm True: moe_a2a_overlap True ({release} {where}) sets it in {helper}; "
+             "Megatron-Core's combined 1F1B schedule, one micro-batch's dispatch/combine beside another's compute"),
+            ("parallelism.moe.delay_wgrad_compute", True,
+             f"delay_wgrad_compute True: moe_a2a_overlap True ({release} {where}) sets it in {helper}"))
 
 
 def _qwen3(release: str, preset: str) -> Recipe:
@@ -120,9 +120,9 @@ def _deepseek_v3_2509() -> Recipe:
          ("parallelism.moe.overlap_ep_comm", False, f"moe_shared_expert_overlap False on H100: {R010} {run}:82-85"),
          ("parallelism.moe.dispatcher", "deepep", f"DeepEP dispatcher (enable_deepep on H100, {R010} {run}:56 and 73)"),
          ("parallelism.moe.overlap_a2a_1f1b", True,
-          f"overlap_moe_expert_parallel_comm and delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85): "
-          "Megatron-Core's combined 1F1B schedule (delay_wgrad_compute reorders weight-gradient GEMMs within a "
-          "layer's merged pass, not timed separately)")),
+          f"overlap_moe_expert_parallel_comm True on H100 ({R010} {run}:62 and 82-85): Megatron-Core's combined 1F1B "
+          "schedule"),
+         ("parallelism.moe.delay_wgrad_compute", True, f"delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85)")),
         (f"recompute_modules ['mla_up_proj', 'mlp'] on H100 ({R010} {run}:90-91): not modelled",))
 
 
