@@ -157,9 +157,14 @@ def test_delayed_weight_gradients_hide_the_next_layer_s_first_all_to_all():
     assert delayed.result.step_time_s < combined.result.step_time_s
 
 
-def test_delay_wgrad_compute_needs_the_combined_schedule():
+@pytest.mark.parametrize(("par", "field"), [
+    ({"moe": {"delay_wgrad_compute": True}}, "parallelism.moe.delay_wgrad_compute"),
+    ({"moe": {"overlap_a2a_1f1b": True, "delay_wgrad_compute": True}, "sharding": "fsdp"}, "parallelism.sharding"),
+])
+def test_delay_wgrad_compute_refusals(par, field):
     """transformer_config.py:3073-3077 at 3816e4de: delay_wgrad_compute asserts
-    overlap_moe_expert_parallel_comm."""
+    overlap_moe_expert_parallel_comm; modelled with sharding none or zero1 only (the split
+    backward's gathering hooks of fsdp / zero3 are not)."""
     with pytest.raises(InfeasibleError) as err:
-        _moe(1, False, moe={"delay_wgrad_compute": True})
-    assert err.value.field == "parallelism.moe.delay_wgrad_compute"
+        _moe(1, False, **par)
+    assert err.value.field == field
