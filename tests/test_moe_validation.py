@@ -26,7 +26,8 @@ def test_step_time_from_tokens_per_gpu():
     comes from the nemo profile (NeMo's recipes), not the record;
     FP8-CS is the tensorwise recipe; force-balanced routing is skew 0. The performance recipe
     (v0.2.0) adds what dtsim models: no recomputation, bf16 gradient reduction, the alltoall
-    dispatcher, no shared-expert overlap, no TP communication overlap."""
+    dispatcher, no shared-expert overlap but the combined-1F1B all-to-all overlap with delayed weight
+    gradients, no TP communication overlap."""
     run = moe_runs._megatron_bridge(_record("moe_mbridge_2511_h100_qwen3_235b_a22b"))
     assert run.step_s == pytest.approx(2048 * 4096 / (1575 * 256)) and run.step_s == pytest.approx(20.8051, abs=1e-4)
     sc = run.scenario
@@ -35,7 +36,8 @@ def test_step_time_from_tokens_per_gpu():
     assert sc["parallelism"] == {"tp": 2, "pp": 8, "cp": 1, "dp": 16, "ep": 32,
                                  "pipeline_schedule": "interleaved",
                                  "virtual_stages": 4, "sequence_parallel": True, "tp_comm_overlap": False,
-                                 "moe": {"dispatcher": "alltoall", "overlap_ep_comm": False}}
+                                 "moe": {"dispatcher": "alltoall", "overlap_ep_comm": False, "overlap_a2a_1f1b": True,
+                                         "delay_wgrad_compute": True}}
     assert sc["training"] == {"micro_batch": 1, "global_batch": 2048, "moe_routing": {"skew": 0.0},
                               "precision": "fp8", "fp8": {"recipe": "tensorwise"}, "recompute": "none",
                               "grad_reduce_dtype": "bf16"}
@@ -90,7 +92,7 @@ def test_deepseek_v3_takes_its_recipes_pipeline_layout():
 def test_every_row_states_its_performance_recipe():
     """Each DGX-H100 row of 25.11 and 26.02 gets its container's Megatron-Bridge recipe (v0.2.0 /
     v0.3.0): bf16 gradient reduction (grad_reduce_in_fp32 False) in every row; the Qwen3 rows'
-    combined-1F1B all-to-all overlap listed as not modelled; the 26.02 Qwen3-30B-A3B row's DeepEP
+    combined-1F1B all-to-all overlap (moe_a2a_overlap) as parallelism.moe.overlap_a2a_1f1b; the 26.02 Qwen3-30B-A3B row's DeepEP
     listed as not modelled (no deepep dispatcher in this build); the 25.11 rows whose recipe layout
     differs from the table keep the table's (MBS 2 / VP 24 and MBS 4)."""
     rows = {i: moe_runs._megatron_bridge(_record(f"moe_mbridge_{i}")) for i in (
@@ -100,8 +102,9 @@ def test_every_row_states_its_performance_recipe():
         assert run.scenario["training"]["grad_reduce_dtype"] == "bf16", i
         release = "tag v0.2.0" if i.startswith("2511") else "tag v0.3.0"
         assert any(release in a and "grad_reduce_in_fp32 False" in a for a in run.assumptions), i
-        overlap = [a for a in run.assumptions if "not modelled" in a and "overlap_moe_expert_parallel_comm" in a]
-        assert bool(overlap) == ("qwen3" in i), i
+        moe = run.scenario["parallelism"].get("moe", {})
+        assert moe.get("overlap_a2a_1f1b", False) == moe.get("delay_wgrad_compute", False) == ("qwen3" in i), i
+        assert not any("not modelled" in a and "overlap_moe_expert_parallel_comm" in a for a in run.assumptions), i
         assert any("'deepep'" in a for a in run.assumptions) == (i == "2602_h100_qwen3_30b_a3b"), i
     assert rows["2511_h100_qwen3_30b_a3b"].scenario["training"]["micro_batch"] == 2
     assert rows["2511_h100_qwen3_30b_a3b"].scenario["parallelism"]["virtual_stages"] == 24
@@ -109,6 +112,8 @@ def test_every_row_states_its_performance_recipe():
     assert not any("row's is kept" in a for a in rows["2602_h100_gpt_oss_120b"].assumptions)
     ds = moe_runs._megatron_bridge(_record("moe_mbridge_2509_h100_deepseek_v3"))
     assert ds.scenario["parallelism"]["zero"] == {"overlap_comm": False}
+    assert ds.scenario["parallelism"]["moe"]["overlap_a2a_1f1b"] is ds.scenario["parallelism"]["moe"]["delay_wgrad_compute"] is True
+    assert any(a.startswith("not modelled") and "recompute_modules ['mla_up_proj', 'mlp']" in a for a in ds.assumptions)
     assert any("run_script.py:101-102" in a for a in ds.assumptions)
 
 

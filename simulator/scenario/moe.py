@@ -76,6 +76,15 @@ class MoeOptions(Frozen):
     overlap_ep_comm: bool = Field(
         False, description="run the dispatch and combine beside the shared experts' GEMMs (Megatron-Core "
         "--moe-shared-expert-overlap) instead of before and after them")
+    overlap_a2a_1f1b: bool = Field(
+        False, description="Megatron-Core --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute): the "
+        "combined 1F1B schedule, each steady-state forward run layer by layer beside the backward of another "
+        "micro-batch so that one's dispatch and combine run beside the other's compute, one extra warm-up forward; "
+        "pp 1 or the interleaved schedule, ep > 1, the alltoall or deepep dispatcher, no full recomputation, a "
+        "bf16/fp16/fp8 model, overlap_ep_comm false, at most one mtp layer (Megatron-Core's asserts)")
+    delay_wgrad_compute: bool = Field(
+        False, description="Megatron-Core --delay-wgrad-compute (needs overlap_a2a_1f1b): a layer's weight-gradient "
+        "GEMMs issued after the next layer's backward has started, so that its first all-to-all runs beside them")
 
 
 class MoeRouting(Frozen):
@@ -127,6 +136,7 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
         for bad, what, field in unsupported:
             if bad:
                 raise InfeasibleError(f"multi-head latent attention with {what} is not modelled", field=field)
+    check_overlap_a2a_1f1b(model, par, training)
     if not model.moe:
         if par.ep > 1 or (par.etp or 1) > 1:  # etp 1 (the nemo profile's) splits nothing
             raise InfeasibleError("ep / etp need an MoE model (model.experts > 0)",
@@ -160,6 +170,39 @@ def check_experts(model: Any, par: Any, training: Any, world_size: int) -> None:
     if hist is not None and (len(hist) != model.experts or abs(sum(hist) - 1.0) > 1e-6 or min(hist) < 0):
         raise InfeasibleError(f"histogram needs model.experts={model.experts} non-negative fractions summing to 1 "
                               f"(got {len(hist)} summing to {sum(hist):.6g})", field="training.moe_routing.histogram")
+
+
+def check_overlap_a2a_1f1b(model: Any, par: Any, training: Any) -> None:
+    """What Megatron-Core refuses with overlap_moe_expert_parallel_comm (TransformerConfig.
+    __post_init__, megatron/core/transformer/transformer_config.py:3002-3041 at
+    NVIDIA/Megatron-LM@3816e4de305284599b4d25137b22175412807913): pp > 1 without virtual stages
+    (3007-3011), ep 1 (3013-3015), a dispatcher other than alltoall/flex (3016-3019), full
+    recomputation (3021-3023), a model in neither bf16 nor fp16 (3035-3037; fp8 runs on a bf16 model),
+    moe_shared_expert_overlap (3039-3041) and more than one multi-token-prediction layer (3042-3046)."""
+    if par.moe.delay_wgrad_compute and not par.moe.overlap_a2a_1f1b:
+        raise InfeasibleError("delay_wgrad_compute needs overlap_a2a_1f1b (Megatron-Core asserts "
+                              "overlap_moe_expert_parallel_comm with it, transformer_config.py:3073-3077 at 3816e4de)",
+                              field="parallelism.moe.delay_wgrad_compute")
+    if par.moe.delay_wgrad_compute and par.sharding not in ("none", "zero1"):
+        raise InfeasibleError(f"delay_wgrad_compute is modelled with sharding none or zero1 (Megatron's distributed "
+                              f"optimizer), not {par.sharding}", field="parallelism.sharding")
+    if not par.moe.overlap_a2a_1f1b:
+        return
+    refused = [(par.pp > 1 and par.pipeline_schedule != "interleaved", "parallelism.pipeline_schedule",
+                f"with pp={par.pp} needs the interleaved schedule (Megatron-Core asserts virtual pipeline stages "
+                f"when pp > 1), not {par.pipeline_schedule}"),
+               (par.ep == 1, "parallelism.ep", "needs expert parallelism, ep > 1"),
+               (par.moe.dispatcher == "allgather", "parallelism.moe.dispatcher",
+                "needs the alltoall or deepep (flex) dispatcher"),
+               (training.recompute == "full", "training.recompute", "does not run with full recomputation"),
+               (training.precision in ("fp32", "tf32"), "training.precision",
+                f"needs a bf16 or fp16 model, not {training.precision}"),
+               (par.moe.overlap_ep_comm, "parallelism.moe.overlap_ep_comm",
+                "excludes overlap_ep_comm (moe_shared_expert_overlap)"),
+               (model.mtp_layers > 1, "model.mtp_layers", "supports at most one multi-token-prediction layer")]
+    for bad, field, why in refused:
+        if bad:
+            raise InfeasibleError(f"overlap_a2a_1f1b (Megatron-Core's combined 1F1B) {why}", field=field)
 
 
 class MlaSpec(Frozen):

@@ -54,16 +54,16 @@ def _moe_provider(release: str, qwen: bool) -> tuple[str, Any, str]:
             "(dtsim's routed experts are one grouped GEMM per pass)")
 
 
-def _a2a_overlap(release: str, where: str) -> tuple[tuple[str, Any, str], str]:
+def _a2a_overlap(release: str, where: str) -> tuple[tuple[str, Any, str], ...]:
     helper = ("scripts/performance/utils/helpers.py:182-186" if release == V020
               else "scripts/performance/utils/overrides.py:148-155")
-    setting = ("parallelism.moe.overlap_ep_comm", False,
-               f"moe_shared_expert_overlap False: moe_a2a_overlap True ({release} {where}) sets it in {helper}")
-    unmodelled = (f"overlap_moe_expert_parallel_comm and delay_wgrad_compute True (moe_a2a_overlap, {release} {where}; "
-                  f"{helper}): Megatron-Core's combined 1F1B schedule runs one micro-batch's dispatch/combine "
-                  "all-to-alls beside another's forward or backward compute; dtsim runs them in the pass's order, "
-                  "exposed")
-    return setting, unmodelled
+    return (("parallelism.moe.overlap_ep_comm", False,
+             f"moe_shared_expert_overlap False: moe_a2a_overlap True ({release} {where}) sets it in {helper}"),
+            ("parallelism.moe.overlap_a2a_1f1b", True,
+             f"overlap_moe_expert_parallel_comm True: moe_a2a_overlap True ({release} {where}) sets it in {helper}; "
+             "Megatron-Core's combined 1F1B schedule, one micro-batch's dispatch/combine beside another's compute"),
+            ("parallelism.moe.delay_wgrad_compute", True,
+             f"delay_wgrad_compute True: moe_a2a_overlap True ({release} {where}) sets it in {helper}"))
 
 
 def _qwen3(release: str, preset: str) -> Recipe:
@@ -74,7 +74,7 @@ def _qwen3(release: str, preset: str) -> Recipe:
         fn, cfg = ("141-159", "135-144") if big else ("231-249", "233-239")
     else:
         fn, cfg = ("167-190", "171-180 and 268-271") if big else ("297-320", "421-429")
-    overlap, a2a = _a2a_overlap(release, f"{base}:{cfg}")
+    overlap = _a2a_overlap(release, f"{base}:{cfg}")
     deepep = not big and release == V030
     dispatcher = _moe_provider(release, True)
     if deepep:  # the flex dispatcher with its DeepEP backend replaces the provider's alltoall
@@ -86,12 +86,12 @@ def _qwen3(release: str, preset: str) -> Recipe:
          f"recompute_granularity, recompute_method and recompute_num_layers None: {release} {pre}:{common}"),
         _grad_reduce(f"{release} {pre}:{common}"),
         dispatcher,
-        overlap,
+        *overlap,
     ]
     if big:
         settings.append(("parallelism.tp_comm_overlap", False,
                          f"CommOverlapConfig(tp_comm_overlap=False): {release} {pre}:{fn}"))
-    unmodelled = [a2a, f"moe_router_fusion True ({release} {pre}:{common}): dtsim times the router as its GEMM only"]
+    unmodelled = [f"moe_router_fusion True ({release} {pre}:{common}): dtsim times the router as its GEMM only"]
     differs = ""
     if release == V020 and not big:
         differs = (f"the recipe's layout ({release} {base}:27-31 and 233-239: MBS 1 by default, VP 12, GBS 512) is not "
@@ -118,10 +118,12 @@ def _deepseek_v3_2509() -> Recipe:
     return Recipe(
         (("parallelism.zero.overlap_comm", False, f"overlap_grad_reduce False on H100: {R010} {run}:101-102"),
          ("parallelism.moe.overlap_ep_comm", False, f"moe_shared_expert_overlap False on H100: {R010} {run}:82-85"),
-         ("parallelism.moe.dispatcher", "deepep", f"DeepEP dispatcher (enable_deepep on H100, {R010} {run}:56 and 73)")),
-        (f"overlap_moe_expert_parallel_comm and delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85): "
-         "Megatron-Core's combined 1F1B all-to-all overlap, not modelled",
-         f"recompute_modules ['mla_up_proj', 'mlp'] on H100 ({R010} {run}:90-91): not modelled"))
+         ("parallelism.moe.dispatcher", "deepep", f"DeepEP dispatcher (enable_deepep on H100, {R010} {run}:56 and 73)"),
+         ("parallelism.moe.overlap_a2a_1f1b", True,
+          f"overlap_moe_expert_parallel_comm True on H100 ({R010} {run}:62 and 82-85): Megatron-Core's combined 1F1B "
+          "schedule"),
+         ("parallelism.moe.delay_wgrad_compute", True, f"delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85)")),
+        (f"recompute_modules ['mla_up_proj', 'mlp'] on H100 ({R010} {run}:90-91): not modelled",))
 
 
 # (container, preset) -> the recipe of that container's DGX-H100 row

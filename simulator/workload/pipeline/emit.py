@@ -21,7 +21,8 @@ its pass comes) does not mirror, and holding their sends would wait on receives 
 Under DualPipe (:func:`~.schedules.dualpipe`) a rank holds a chunk of each direction; the
 reverse direction's transfers have queues of their own (``pp.send.act.reverse`` ...), as its
 peers are the other neighbours, so neither direction waits behind the other's unmatched
-transfer. A paired forward and backward (``Action.paired``) are emitted step by step in turn
+transfer. A paired forward and backward (``Action.paired``: DualPipe's, and Megatron-Core's
+combined 1F1B with ``parallelism.moe.overlap_a2a_1f1b``) are emitted step by step in turn
 (:meth:`PipelineEmitter._forward_backward`); a zero-bubble backward's input-gradient half
 (``I``) and its deferred weight gradients (``W``) are emitted as phases ``bwd_input`` and
 ``bwd_weight`` of :class:`~simulator.workload.layers.LayerEmitter`, the data-parallel
@@ -104,7 +105,7 @@ class PipelineEmitter:
     def emit_rank(self, emit: RankEmitter[Any]) -> None:
         par = self.sc.parallelism
         schedule = pipeline_schedule(par.pipeline_schedule, par.pp, emit.stage, self.sc.micro_batches,
-                                     par.virtual_stages)
+                                     par.virtual_stages, combined=par.moe.overlap_a2a_1f1b)
         last_b = {}  # per chunk: the action that completes its weight gradients
         self._held = []
         for i, action in enumerate(schedule):
@@ -116,7 +117,7 @@ class PipelineEmitter:
         i = 0
         while i < len(schedule):
             action = schedule[i]
-            if action.paired:  # DualPipe's F&B: the two passes interleaved step by step
+            if action.paired:  # DualPipe's F&B, combined 1F1B: the two passes interleaved step by step
                 kept += self._forward_backward(emit, action, schedule[i + 1], last=(last_b.get(schedule[i + 1].chunk) == i + 1))
                 i += 2
                 continue
@@ -193,11 +194,37 @@ class PipelineEmitter:
         return deps
 
     def _backward_iter(self, emit: RankEmitter[Any], action: Action, deps: list[int], *, last: bool) -> Iterator[int]:
-        """A full backward (``B``), or its input-gradient half (``I``, weights deferred)."""
+        """A full backward (``B``), or its input-gradient half (``I``, weights deferred); a full
+        one with ``parallelism.moe.delay_wgrad_compute`` as :meth:`_delayed_wgrad` runs it."""
         chunk = self.layout.chunk_of(emit.stage, action.chunk)
         units = list(reversed(self.layout.units_of(chunk)))
+        if action.kind == "B" and self.sc.parallelism.moe.delay_wgrad_compute:
+            return self._delayed_wgrad(emit, chunk, units, action.microbatch, deps, last=last)
         phase = "bwd" if action.kind == "B" else "bwd_input"
         return self._run_units(emit, chunk, units, phase, action.microbatch, deps, last=last)
+
+    def _delayed_wgrad(self, emit: RankEmitter[Any], chunk: Chunk, units: list[int], mb: int, deps: list[int], *,
+                       last: bool) -> Iterator[int]:
+        """Megatron-Core's delay_wgrad_compute: a layer's weight-gradient GEMMs wait on the
+        compute stream until the next layer's backward has started, so that the next layer's
+        first all-to-all (its combine's backward) runs beside them rather than after them
+        (``TransformerLayerSchedulePlan.run`` issues ``backward_dw`` after the input gradients,
+        model_chunk_schedule_plan.py:270-301 at NVIDIA/Megatron-LM@3816e4de). Each unit's
+        input-gradient half runs in the full backward's place; the previous unit's weight
+        gradients (with the data-parallel gradient hooks, as after a deferred ``W``) are issued
+        right after the unit's first compute step, and the last unit's at the end."""
+        held: list[int] | None = None  # the units whose weight gradients wait
+        for group in self._groups(emit.stage, units, "bwd", last):
+            first = True
+            task = -1
+            for task in self._run_units(emit, chunk, group, "bwd_input", mb, deps, last=last):
+                if first and held is not None:
+                    _drain(self._run_units(emit, chunk, held, "bwd_weight", mb, [task], last=last))
+                first = False
+                yield task
+            held, deps = group, [task]
+        if held is not None:
+            yield _drain(self._run_units(emit, chunk, held, "bwd_weight", mb, deps, last=last))[0]
 
     def _send_backward(self, emit: RankEmitter[Any], action: Action, deps: list[int]) -> list[MemDelta]:
         """Send a backward's input gradients on; returns the frees of what it keeps until the step ends."""

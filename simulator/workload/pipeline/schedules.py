@@ -15,6 +15,8 @@ with the backward after it (``paired``: the two run as one overlapped F&B chunk)
   stages ``rank, rank + p, ...``); Megatron-Core's warm-up count
   ``(p - rank - 1) * 2 + (v - 1) * p`` (``schedules.py``, micro-batch group size p), capped
   at ``m * v``; micro-batches walk the chunks in groups of p.
+* Combined 1F1B (Megatron-Core ``--overlap-moe-expert-parallel-comm``, :func:`combined_1f1b`):
+  pp = 1 or interleaved, one more warm-up forward, each steady-state F paired with the next B.
 * DualPipe (DeepSeek-V3, arXiv:2412.19437 §3.2.1): two chunks per rank, one per direction
   (:func:`dualpipe`).
 
@@ -26,6 +28,7 @@ interleaved (``tests/test_schedules.py`` checks a unit-time run of the schedules
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["Action", "pipeline_schedule", "SCHEDULES"]
@@ -36,7 +39,7 @@ class Action:
     kind: str  # "F" | "B" | "I" (input gradients only, weights deferred) | "W" (a deferred I's weight gradients)
     microbatch: int
     chunk: int  # model chunk index on this rank (0 .. v-1); virtual stage = chunk * p + rank
-    paired: bool = False  # an F overlapped with the backward that follows it (DualPipe's F&B)
+    paired: bool = False  # an F overlapped with the backward that follows it (DualPipe's F&B, combined 1F1B)
 
 
 def gpipe(pp: int, rank: int, m: int, v: int = 1) -> list[Action]:
@@ -58,11 +61,15 @@ def one_f_one_b(pp: int, rank: int, m: int, v: int = 1) -> list[Action]:
     return actions
 
 
-def interleaved(pp: int, rank: int, m: int, v: int) -> list[Action]:
+def interleaved(pp: int, rank: int, m: int, v: int, combined: bool = False) -> list[Action]:
     """Megatron-Core's interleaved 1F1B order (``forward_backward_pipelining_with_interleaving``).
 
     The k-th forward on a rank processes chunk ``(k // p) % v`` of micro-batch
     ``(k // (p * v)) * p + k % p``; backwards visit chunks in reverse order.
+
+    ``combined``: Megatron-Core's combined 1F1B (``overlap_moe_expert_parallel_comm``, see
+    :func:`combined_1f1b`): one more warm-up forward, and every steady-state forward paired
+    with the backward after it.
     """
     total = m * v
 
@@ -76,11 +83,11 @@ def interleaved(pp: int, rank: int, m: int, v: int) -> list[Action]:
         chunk = v - 1 - within // pp
         return group * pp + within % pp, chunk
 
-    warmup = min((pp - rank - 1) * 2 + (v - 1) * pp, total)
+    warmup = min((pp - rank - 1) * 2 + (v - 1) * pp + combined, total)
     actions = [Action("F", *forward_id(k)) for k in range(warmup)]
     f, b = warmup, 0
     while f < total:
-        actions.append(Action("F", *forward_id(f)))
+        actions.append(Action("F", *forward_id(f), combined))
         f += 1
         actions.append(Action("B", *backward_id(b)))
         b += 1
@@ -176,9 +183,31 @@ def dualpipe(pp: int, rank: int, m: int, v: int = 1) -> list[Action]:
     return out
 
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved, "dualpipe": dualpipe}
+def combined_1f1b(pp: int, rank: int, m: int, v: int = 1) -> list[Action]:
+    """Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``): in the steady
+    state each forward runs merged with a backward of another micro-batch, layer by layer, so
+    that one's dispatch and combine all-to-alls run beside the other's compute
+    (``combined_forward_backward_step``, megatron/core/pipeline_parallel/combined_1f1b.py at
+    NVIDIA/Megatron-LM@3816e4de305284599b4d25137b22175412807913; the per-layer order is
+    ``TransformerLayerSchedulePlan.run``, megatron/core/models/common/model_chunk_schedule_plan.py
+    there). With ``pp = 1`` (``combined_1f1b_schedule_for_no_pipelining``): F0, then F(i+1)
+    merged with B(i) for i < m - 1, then B(m-1) alone. With ``pp > 1`` only the interleaved
+    schedule has it (TransformerConfig asserts virtual_pipeline_model_parallel_size when
+    pp > 1, transformer_config.py:3007-3011 there), whose warm-up runs one forward more
+    (``get_pp_rank_microbatches``, schedules.py:966-970 there) so that the forward and backward
+    of each steady-state step are independent. Both are :func:`interleaved` with ``combined``
+    (``pp = 1``: ``v = 1``, warm-up 1).
+    """
+    return interleaved(pp, rank, m, v if pp > 1 else 1, combined=True)
 
 
-def pipeline_schedule(kind: str, pp: int, rank: int, m: int, v: int = 1) -> list[Action]:
-    """Actions of pipeline rank ``rank`` for ``m`` micro-batches (``v`` chunks if interleaved)."""
+SCHEDULES: dict[str, Callable[[int, int, int, int], list[Action]]] = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved, "dualpipe": dualpipe}
+
+
+def pipeline_schedule(kind: str, pp: int, rank: int, m: int, v: int = 1, *, combined: bool = False) -> list[Action]:
+    """Actions of pipeline rank ``rank`` for ``m`` micro-batches (``v`` chunks if interleaved);
+    ``combined``: Megatron-Core's combined 1F1B (:func:`combined_1f1b`) in place of ``kind``
+    (pp = 1, or interleaved)."""
+    if combined:
+        return combined_1f1b(pp, rank, m, v)
     return SCHEDULES[kind](pp, rank, m, v)
