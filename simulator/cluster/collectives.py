@@ -305,19 +305,17 @@ class CollectivePlanner:
                 intra_class = "pcie"
         if self.cluster.node_type.intra_node.kind == "pcie":
             intra_class = "pcie"
-        arrays = None
-        link_weights: tuple[tuple[int, float], ...] = ()
+        used: np.ndarray = np.zeros(0, dtype=np.int64)
+        sums: np.ndarray = np.zeros(0)
         if len(ids):
             terms = np.repeat(np.array([f.weight for f in flows]), counts) * fracs
             used, inverse = np.unique(ids, return_inverse=True)
             sums = np.bincount(inverse, weights=terms, minlength=len(used))
-            link_weights = tuple(zip(used.tolist(), sums.tolist(), strict=True))
-            arrays = (used, sums)
         plan = PhasePlan(
             flows=tuple(flows),
             steps=steps,
             inter_steps=inter_steps,
-            link_weights=link_weights,
+            link_weights=(),
             intra_class=intra_class,
             net_latency_s=net_latency,
             ppn=ppn,
@@ -327,9 +325,7 @@ class CollectivePlanner:
             net_staged_bytes=self.cluster.transport.staged_message_bytes if crosses_net else 0.0,
             net_staged_bytes_per_s=(self.cluster.transport.staged_copy_bytes_per_s or 0.0) if crosses_net else 0.0,
         )
-        if arrays is not None:  # PhasePlan.arrays() without converting the tuples back
-            plan.__dict__["_arrays"] = arrays
-        return plan
+        return plan.adopt(used, sums)  # link_weights: (used[i], sums[i]) pairs, made when read
 
     def _ll128_ok(self, phase: PhasePlan) -> bool:
         links, ids = self.cluster.links, phase.arrays()[0]

@@ -163,12 +163,9 @@ def move_plan(plan: CollectivePlan, translation: Translation, shift_gpus: int, g
         new = PhasePlan(
             flows=tuple(Flow(f.src + shift_gpus, f.dst + shift_gpus, f.weight) for f in phase.flows),
             steps=phase.steps, inter_steps=phase.inter_steps,
-            link_weights=tuple(zip(used.tolist(), sums.tolist(), strict=True)),
-            intra_class=phase.intra_class, net_latency_s=phase.net_latency_s, ppn=phase.ppn, nodes=phase.nodes,
+            link_weights=(), intra_class=phase.intra_class, net_latency_s=phase.net_latency_s, ppn=phase.ppn, nodes=phase.nodes,
             channels=phase.channels, channel_net_bytes_per_s=phase.channel_net_bytes_per_s,
             intra_latency_s=phase.intra_latency_s, net_staged_bytes=phase.net_staged_bytes,
             net_staged_bytes_per_s=phase.net_staged_bytes_per_s)
-        if len(used):
-            new.__dict__["_arrays"] = (used, sums)
-        phases.append(new)
+        phases.append(new.adopt(used, sums))  # link_weights: (used[i], sums[i]) pairs, made when read
     return CollectivePlan(plan.op, plan.algorithm, gpus, tuple(phases), plan.ll128_ok)
