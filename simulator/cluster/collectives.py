@@ -71,6 +71,7 @@ class CollectivePlanner:
         self.router = router
         self._plans: dict[tuple[str, str, tuple[int, ...]], CollectivePlan] = {}
         self._ring_cache: dict[tuple[int, ...], list[tuple[tuple[int, ...], float]]] = {}
+        self._by_node: dict[tuple[int, ...], dict[int, list[int]]] = {}
 
     @cached_property
     def translation(self) -> Translation | None:
@@ -156,11 +157,16 @@ class CollectivePlanner:
     # -- structure -------------------------------------------------------------------------
 
     def by_node(self, gpus: tuple[int, ...]) -> dict[int, list[int]]:
-        g = self.cluster.gpus_per_node
-        nodes: dict[int, list[int]] = defaultdict(list)
-        for gpu in gpus:
-            nodes[gpu // g].append(gpu)
-        return {n: sorted(members) for n, members in sorted(nodes.items())}
+        """The group's GPUs by node, nodes and members ascending (kept: asked for every candidate
+        algorithm and plan of a group; callers only read it)."""
+        found = self._by_node.get(gpus)
+        if found is None:
+            g = self.cluster.gpus_per_node
+            nodes: dict[int, list[int]] = defaultdict(list)
+            for gpu in gpus:
+                nodes[gpu // g].append(gpu)
+            found = self._by_node[gpus] = {n: sorted(members) for n, members in sorted(nodes.items())}
+        return found
 
     def uniform(self, nodes: dict[int, list[int]]) -> int | None:
         sizes = {len(m) for m in nodes.values()}
