@@ -72,6 +72,8 @@ class CollectivePlanner:
         self._plans: dict[tuple[str, str, tuple[int, ...]], CollectivePlan] = {}
         self._ring_cache: dict[tuple[int, ...], list[tuple[tuple[int, ...], float]]] = {}
         self._by_node: dict[tuple[int, ...], dict[int, list[int]]] = {}
+        self._routes_of: dict[tuple[tuple[int, int], ...],
+                              tuple[bool, float, str, list[int], np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @cached_property
     def translation(self) -> Translation | None:
@@ -299,23 +301,12 @@ class CollectivePlanner:
         the same order as a running per-link sum, so the weights are equal to the bit. On a
         cluster with a translation period the list is built from the routes of the flows in the
         first period, moved (:mod:`simulator.cluster.translation`): the same list."""
-        net_latency = 0.0
-        crosses_net = False
-        intra_class = "nvlink"
-        routes, ids, fracs, counts = route_terms(self.router, self.translation, flows)
-        for route in routes:
-            if route.hop_class == "net":
-                crosses_net = True
-                net_latency = max(net_latency, route.latency_s)
-            elif route.hop_class == "pcie":
-                intra_class = "pcie"
+        crosses_net, net_latency, intra_class, counts, fracs, used, inverse = self._routed(flows)
         if self.cluster.node_type.intra_node.kind == "pcie":
             intra_class = "pcie"
-        used: np.ndarray = np.zeros(0, dtype=np.int64)
         sums: np.ndarray = np.zeros(0)
-        if len(ids):
+        if len(used):
             terms = np.repeat(np.array([f.weight for f in flows]), counts) * fracs
-            used, inverse = np.unique(ids, return_inverse=True)
             sums = np.bincount(inverse, weights=terms, minlength=len(used))
         plan = PhasePlan(
             flows=tuple(flows),
@@ -332,6 +323,31 @@ class CollectivePlanner:
             net_staged_bytes_per_s=(self.cluster.transport.staged_copy_bytes_per_s or 0.0) if crosses_net else 0.0,
         )
         return plan.adopt(used, sums)  # link_weights: (used[i], sums[i]) pairs, made when read
+
+    def _routed(self, flows: list[Flow]) -> tuple[bool, float, str, list[int], np.ndarray, np.ndarray, np.ndarray]:
+        """What :meth:`phase` needs of the flows' routes, by their (source, destination) pairs in
+        order (kept: a group's all-gather, reduce-scatter and all-reduce rings cross the same
+        pairs): whether one crosses the network, the highest network latency, the intra-node
+        class, each route's length, the flat fractions, and the distinct link ids with each
+        term's index among them."""
+        key = tuple([(f.src, f.dst) for f in flows])
+        found = self._routes_of.get(key)
+        if found is None:
+            net_latency = 0.0
+            crosses_net = False
+            intra_class = "nvlink"
+            routes, ids, fracs, counts = route_terms(self.router, self.translation, flows)
+            for route in routes:
+                if route.hop_class == "net":
+                    crosses_net = True
+                    net_latency = max(net_latency, route.latency_s)
+                elif route.hop_class == "pcie":
+                    intra_class = "pcie"
+            used, inverse = np.unique(ids, return_inverse=True) if len(ids) else (np.zeros(0, dtype=np.int64), ids)
+            for shared in (fracs, used, inverse):  # shared by the phases that cross these pairs: never edited
+                shared.flags.writeable = False
+            found = self._routes_of[key] = (crosses_net, net_latency, intra_class, counts, fracs, used, inverse)
+        return found
 
     def _ll128_ok(self, phase: PhasePlan) -> bool:
         links, ids = self.cluster.links, phase.arrays()[0]
