@@ -2,7 +2,10 @@
 moved plan's flows and every phase's (link, weight) pairs are made only when read, and then
 equal those of the plan built without translation, to the bit."""
 
+import pytest
+
 from simulator.catalog import default_catalog
+from simulator.cluster import collectives
 from simulator.cluster.builders import build_cluster
 from simulator.cluster.collectives import CollectivePlanner
 from simulator.cluster.routing import Router
@@ -36,3 +39,18 @@ def test_moved_flows_and_pairs_made_on_first_read() -> None:
     assert len(phase.flows) == 8 and phase.flows == reference.flows and lowered.flows == reference.flows
     assert phase.link_weights == reference.link_weights
     assert plan == routed.plan("all_gather", "ring", group)
+
+
+def test_rings_of_one_group_route_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's all-gather, reduce-scatter and all-reduce rings cross the same (source,
+    destination) pairs in the same order: each planner lists their routes once (2 calls of
+    route_terms for the two planners, not 6), and each phase's weights are still its own (ring
+    factors (n-1)/n and 2(n-1)/n), equal between the translating and the routing planner."""
+    moved, routed = _planners(16)
+    calls = []
+    real = collectives.route_terms
+    monkeypatch.setattr(collectives, "route_terms", lambda *a: calls.append(1) or real(*a))
+    group = tuple(range(0, 128, 8))
+    for op in ("all_gather", "reduce_scatter", "all_reduce"):
+        assert moved.plan(op, "ring", group) == routed.plan(op, "ring", group)
+    assert len(calls) == 2
