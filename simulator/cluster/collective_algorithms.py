@@ -146,9 +146,11 @@ def plan_tree(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group) -> l
     # one channel's share of a node's network bandwidth: the NICs the heads use, over the channels
     links = p.cluster.links
     ups = {i for i in p.cluster.node_link_ids(node_ids[0]) if links[i].tier == "nic-up"}  # the first node's
-    nic_links = {i for i, _ in phase.link_weights if i in ups}  # (in the weights' order: the sum's order)
+    nic_links = {i for i in phase.arrays()[0].tolist() if i in ups}  # (in the weights' order: the sum's order)
     node_bw = sum(links[i].capacity_bytes_per_s for i in nic_links)
-    return [replace(phase, channels=channels, channel_net_bytes_per_s=node_bw / channels if node_bw else 0.0)]
+    # its arrays carried over, its (link, weight) pairs still made only when read
+    return [replace(phase, link_weights=(), channels=channels,
+                    channel_net_bytes_per_s=node_bw / channels if node_bw else 0.0).adopt(*phase.arrays())]
 
 
 @register_algorithm("nvls")

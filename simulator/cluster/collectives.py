@@ -71,6 +71,9 @@ class CollectivePlanner:
         self.router = router
         self._plans: dict[tuple[str, str, tuple[int, ...]], CollectivePlan] = {}
         self._ring_cache: dict[tuple[int, ...], list[tuple[tuple[int, ...], float]]] = {}
+        self._by_node: dict[tuple[int, ...], dict[int, list[int]]] = {}
+        self._routes_of: dict[tuple[tuple[int, int], ...],
+                              tuple[bool, float, str, list[int], np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @cached_property
     def translation(self) -> Translation | None:
@@ -156,11 +159,16 @@ class CollectivePlanner:
     # -- structure -------------------------------------------------------------------------
 
     def by_node(self, gpus: tuple[int, ...]) -> dict[int, list[int]]:
-        g = self.cluster.gpus_per_node
-        nodes: dict[int, list[int]] = defaultdict(list)
-        for gpu in gpus:
-            nodes[gpu // g].append(gpu)
-        return {n: sorted(members) for n, members in sorted(nodes.items())}
+        """The group's GPUs by node, nodes and members ascending (kept: asked for every candidate
+        algorithm and plan of a group; callers only read it)."""
+        found = self._by_node.get(gpus)
+        if found is None:
+            g = self.cluster.gpus_per_node
+            nodes: dict[int, list[int]] = defaultdict(list)
+            for gpu in gpus:
+                nodes[gpu // g].append(gpu)
+            found = self._by_node[gpus] = {n: sorted(members) for n, members in sorted(nodes.items())}
+        return found
 
     def uniform(self, nodes: dict[int, list[int]]) -> int | None:
         sizes = {len(m) for m in nodes.values()}
@@ -293,31 +301,18 @@ class CollectivePlanner:
         the same order as a running per-link sum, so the weights are equal to the bit. On a
         cluster with a translation period the list is built from the routes of the flows in the
         first period, moved (:mod:`simulator.cluster.translation`): the same list."""
-        net_latency = 0.0
-        crosses_net = False
-        intra_class = "nvlink"
-        routes, ids, fracs, counts = route_terms(self.router, self.translation, flows)
-        for route in routes:
-            if route.hop_class == "net":
-                crosses_net = True
-                net_latency = max(net_latency, route.latency_s)
-            elif route.hop_class == "pcie":
-                intra_class = "pcie"
+        crosses_net, net_latency, intra_class, counts, fracs, used, inverse = self._routed(flows)
         if self.cluster.node_type.intra_node.kind == "pcie":
             intra_class = "pcie"
-        arrays = None
-        link_weights: tuple[tuple[int, float], ...] = ()
-        if len(ids):
+        sums: np.ndarray = np.zeros(0)
+        if len(used):
             terms = np.repeat(np.array([f.weight for f in flows]), counts) * fracs
-            used, inverse = np.unique(ids, return_inverse=True)
             sums = np.bincount(inverse, weights=terms, minlength=len(used))
-            link_weights = tuple(zip(used.tolist(), sums.tolist(), strict=True))
-            arrays = (used, sums)
         plan = PhasePlan(
             flows=tuple(flows),
             steps=steps,
             inter_steps=inter_steps,
-            link_weights=link_weights,
+            link_weights=(),
             intra_class=intra_class,
             net_latency_s=net_latency,
             ppn=ppn,
@@ -327,9 +322,32 @@ class CollectivePlanner:
             net_staged_bytes=self.cluster.transport.staged_message_bytes if crosses_net else 0.0,
             net_staged_bytes_per_s=(self.cluster.transport.staged_copy_bytes_per_s or 0.0) if crosses_net else 0.0,
         )
-        if arrays is not None:  # PhasePlan.arrays() without converting the tuples back
-            plan.__dict__["_arrays"] = arrays
-        return plan
+        return plan.adopt(used, sums)  # link_weights: (used[i], sums[i]) pairs, made when read
+
+    def _routed(self, flows: list[Flow]) -> tuple[bool, float, str, list[int], np.ndarray, np.ndarray, np.ndarray]:
+        """What :meth:`phase` needs of the flows' routes, by their (source, destination) pairs in
+        order (kept: a group's all-gather, reduce-scatter and all-reduce rings cross the same
+        pairs): whether one crosses the network, the highest network latency, the intra-node
+        class, each route's length, the flat fractions, and the distinct link ids with each
+        term's index among them."""
+        key = tuple([(f.src, f.dst) for f in flows])
+        found = self._routes_of.get(key)
+        if found is None:
+            net_latency = 0.0
+            crosses_net = False
+            intra_class = "nvlink"
+            routes, ids, fracs, counts = route_terms(self.router, self.translation, flows)
+            for route in routes:
+                if route.hop_class == "net":
+                    crosses_net = True
+                    net_latency = max(net_latency, route.latency_s)
+                elif route.hop_class == "pcie":
+                    intra_class = "pcie"
+            used, inverse = np.unique(ids, return_inverse=True) if len(ids) else (np.zeros(0, dtype=np.int64), ids)
+            for shared in (fracs, used, inverse):  # shared by the phases that cross these pairs: never edited
+                shared.flags.writeable = False
+            found = self._routes_of[key] = (crosses_net, net_latency, intra_class, counts, fracs, used, inverse)
+        return found
 
     def _ll128_ok(self, phase: PhasePlan) -> bool:
         links, ids = self.cluster.links, phase.arrays()[0]

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from simulator.cluster.collective_plan import CollectivePlan, Flow, PhasePlan
+from simulator.cluster.collective_plan import CollectivePlan, PhasePlan
 from simulator.cluster.graph import ClusterGraph
 from simulator.cluster.links import Link, LinkTable
 from simulator.cluster.routing import Route, Router
@@ -161,14 +161,11 @@ def move_plan(plan: CollectivePlan, translation: Translation, shift_gpus: int, g
         order = np.argsort(moved, kind="stable")
         used, sums = moved[order], sums[order]
         new = PhasePlan(
-            flows=tuple(Flow(f.src + shift_gpus, f.dst + shift_gpus, f.weight) for f in phase.flows),
-            steps=phase.steps, inter_steps=phase.inter_steps,
-            link_weights=tuple(zip(used.tolist(), sums.tolist(), strict=True)),
-            intra_class=phase.intra_class, net_latency_s=phase.net_latency_s, ppn=phase.ppn, nodes=phase.nodes,
+            flows=(), steps=phase.steps, inter_steps=phase.inter_steps,
+            link_weights=(), intra_class=phase.intra_class, net_latency_s=phase.net_latency_s, ppn=phase.ppn, nodes=phase.nodes,
             channels=phase.channels, channel_net_bytes_per_s=phase.channel_net_bytes_per_s,
             intra_latency_s=phase.intra_latency_s, net_staged_bytes=phase.net_staged_bytes,
             net_staged_bytes_per_s=phase.net_staged_bytes_per_s)
-        if len(used):
-            new.__dict__["_arrays"] = (used, sums)
-        phases.append(new)
+        # link_weights: (used[i], sums[i]) pairs, flows: the phase's moved, each made when read
+        phases.append(new.adopt(used, sums).moved(phase.flows, shift_gpus))
     return CollectivePlan(plan.op, plan.algorithm, gpus, tuple(phases), plan.ll128_ok)

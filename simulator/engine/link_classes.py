@@ -87,7 +87,8 @@ class LinkClasses:
             class_of = np.array(class_list, dtype=np.int64)
             by_class = np.argsort(class_of, kind="stable")
             ends = np.cumsum(np.bincount(class_of, minlength=len(class_position))).tolist()
-            members = [by_class[a:b].tolist() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+            flat = by_class.tolist()  # one conversion, then slices (a class each)
+            members = [flat[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
             block_of = np.array(block_list, dtype=np.int64)
             n_positions = len(positions)
         position_of = np.array(class_position, dtype=np.int64)[class_of]

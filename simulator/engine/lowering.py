@@ -29,10 +29,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cluster.collective_plan import CollectivePlan, Flow
+from simulator.cluster.collective_plan import CollectivePlan, Flow, PhasePlan
 from simulator.costs.collectives import Choice
 
 __all__ = ["Flow", "GroupPhase", "CommPhase", "CommLowering", "PhaseLoad", "Resolved", "lower_plans"]
+
+
+class _GroupFlows:
+    """``GroupPhase.flows``: the tuple given, or, for a group made by :meth:`GroupPhase.of`, its
+    plan phase's flows read on first use (a translated group's flows are made on first read,
+    :meth:`simulator.cluster.collective_plan.PhasePlan.moved`, and only the issuing group's are read)."""
+
+    def __get__(self, obj: GroupPhase | None, owner: type | None = None) -> tuple[Flow, ...]:
+        if obj is None:
+            raise AttributeError("flows")
+        found = obj.__dict__["_flows"]
+        if isinstance(found, PhasePlan):
+            found = obj.__dict__["_flows"] = found.flows
+        return found  # type: ignore[no-any-return]
+
+    def __set__(self, obj: GroupPhase, value: tuple[Flow, ...]) -> None:
+        obj.__dict__["_flows"] = value
 
 
 @dataclass(frozen=True)
@@ -56,12 +73,24 @@ class GroupPhase:
     link_ids: np.ndarray
     link_bytes_per_byte: np.ndarray
 
+    @classmethod
+    def of(cls, gpus: tuple[int, ...], multiplicity: int, phase: PhasePlan) -> GroupPhase:
+        """The group phase of plan phase ``phase``; its flows read from ``phase`` when first asked."""
+        ids, weights = phase.arrays()
+        group = cls(gpus, multiplicity, phase.steps, (), ids, weights)
+        group.__dict__["_flows"] = phase
+        return group
+
     def step_bytes_per_byte(self, flow: Flow) -> float:
         """Bytes ``flow`` moves in one step, per byte of D: its phase bytes over the steps.
 
         Exact for rings (every step sends one chunk of D/(n*C) per edge); for pipelined
         trees and chains it is the mean step of the pipeline."""
         return flow.weight / self.steps if self.steps else flow.weight
+
+
+# installed after the dataclass is made, so the field stays required (no class-level default)
+setattr(GroupPhase, "flows", _GroupFlows())  # noqa: B010
 
 
 @dataclass(frozen=True)
@@ -152,8 +181,6 @@ def lower_plans(plans: Sequence[CollectivePlan], multiplicity: Sequence[int]) ->
     for index in range(len(plans[0].phases)):
         groups = []
         for plan, m in zip(plans, multiplicity, strict=True):
-            phase = plan.phases[index]
-            ids, weights = phase.arrays()
-            groups.append(GroupPhase(plan.gpus, m, phase.steps, phase.flows, ids, weights))
+            groups.append(GroupPhase.of(plan.gpus, m, plan.phases[index]))
         phases.append(CommPhase(tuple(groups)))
     return tuple(phases)
