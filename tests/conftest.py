@@ -43,3 +43,15 @@ def small_scenario(**over: Any) -> dict[str, Any]:
         else:
             data[section] = value
     return data
+
+
+def cross_microbatch_overlaps(sim) -> int:
+    """All-to-all tasks of one micro-batch running while a compute task of another runs, on a rank."""
+    found = 0
+    for rank in {r.rank for r in sim.rows}:
+        rows = [r for r in sim.rows if r.rank == rank and r.info is not None and r.info.mb is not None]
+        comms = [r for r in rows if r.stream == "ep" and r.duration_s > 0]
+        computes = [r for r in rows if r.stream == "compute" and r.duration_s > 0]
+        found += sum(1 for a in comms for c in computes
+                     if c.info.mb != a.info.mb and c.start_s < a.end_s and a.start_s < c.end_s)
+    return found

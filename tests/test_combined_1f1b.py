@@ -13,6 +13,7 @@ import simulator
 from simulator.errors import InfeasibleError
 from simulator.scenario.spec import Scenario
 from simulator.workload.pipeline.schedules import pipeline_schedule
+from tests.conftest import cross_microbatch_overlaps
 
 
 def _names(actions):
@@ -57,18 +58,6 @@ def _moe(pp: int, overlap: bool, **par: object) -> Scenario:
                                     "training": {"global_batch": 32, "micro_batch": 1}})
 
 
-def _cross_microbatch_overlaps(sim) -> int:
-    """All-to-all tasks of one micro-batch running while a compute task of another runs, on a rank."""
-    found = 0
-    for rank in {r.rank for r in sim.rows}:
-        rows = [r for r in sim.rows if r.rank == rank and r.info is not None and r.info.mb is not None]
-        comms = [r for r in rows if r.stream == "ep" and r.duration_s > 0]
-        computes = [r for r in rows if r.stream == "compute" and r.duration_s > 0]
-        found += sum(1 for a in comms for c in computes
-                     if c.info.mb != a.info.mb and c.start_s < a.end_s and a.start_s < c.end_s)
-    return found
-
-
 @pytest.mark.parametrize("pp", [1, 2])
 def test_the_partner_s_compute_hides_the_all_to_all(pp):
     """Without the option a rank runs one micro-batch's pass at a time, so each dispatch and
@@ -76,8 +65,8 @@ def test_the_partner_s_compute_hides_the_all_to_all(pp):
     paired passes' steps alternate on the compute stream and the step is strictly shorter."""
     plain = simulator.run_simulation(_moe(pp, False))
     combined = simulator.run_simulation(_moe(pp, True))
-    assert _cross_microbatch_overlaps(plain) == 0
-    assert _cross_microbatch_overlaps(combined) > 0
+    assert cross_microbatch_overlaps(plain) == 0
+    assert cross_microbatch_overlaps(combined) > 0
     assert combined.result.step_time_s < plain.result.step_time_s
 
 

@@ -21,7 +21,7 @@ from simulator.workload.builder import build_workload
 from simulator.workload.layout import ModelLayout
 from simulator.workload.pipeline.schedules import pipeline_schedule
 from simulator.workload.profile import compute_profile
-from tests.conftest import small_scenario
+from tests.conftest import cross_microbatch_overlaps, small_scenario
 
 
 def _names(actions):
@@ -250,20 +250,10 @@ def test_moe_pairs_overlap_one_micro_batch_s_all_to_all_with_another_s_compute()
     """With experts, DualPipe's F&B pairs put a dispatch or combine of one micro-batch beside compute
     of another on the same rank (the pair's steps alternate on the compute stream); 1F1B has
     no such overlap (one micro-batch at a time)."""
-    def overlapping(sim):
-        found = 0
-        for rank in {r.rank for r in sim.rows}:
-            rows = [r for r in sim.rows if r.rank == rank and r.info is not None and r.info.mb is not None]
-            comms = [r for r in rows if r.stream == "ep" and r.duration_s > 0]
-            computes = [r for r in rows if r.stream == "compute" and r.duration_s > 0]
-            found += sum(1 for a in comms for c in computes
-                         if c.info.mb != a.info.mb and c.start_s < a.end_s and a.start_s < c.end_s)
-        return found
-
     dual = simulator.run_simulation(_moe("dualpipe"))
     onef = simulator.run_simulation(_moe("1f1b"))
-    assert overlapping(dual) > 0
-    assert overlapping(onef) == 0
+    assert cross_microbatch_overlaps(dual) > 0
+    assert cross_microbatch_overlaps(onef) == 0
     assert dual.result.step_time_s < onef.result.step_time_s
 
 
