@@ -177,3 +177,15 @@ def test_moe_act_lengthens_the_backward_by_the_activations_forward_time() -> Non
     again = next(k for k in kernels if k.name == "experts.act")
     assert act - base == pytest.approx(kernel_time_s(profile, again, "bf16", "fa2"), rel=1e-12)
     assert act > base
+
+
+def test_search_layouts_keep_the_modules_for_selective_only() -> None:
+    """A search over a base with recompute_modules tries the other policies without them (they are
+    read only under selective) and keeps them with selective."""
+    from simulator.search.space import Layout, layout_scenario, scenario_json
+
+    base = scenario_json(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))
+    layout = Layout(nodes=2, tp=1, pp=1, cp=1, dp=16, micro_batch=1, schedule="1f1b", virtual_stages=1,
+                    sharding="zero1", shard_group_size=None, ep=8)
+    assert layout_scenario(base, layout, "full").training.recompute_modules is None
+    assert layout_scenario(base, layout, "selective").training.recompute_modules == ["core_attn", "moe_act"]
