@@ -31,8 +31,10 @@ from simulator.results.moe import MoeSummary, moe_summary
 from simulator.results.rows import CommRecord, LazyMemRow
 from simulator.results.simulation import Simulation
 from simulator.scenario import ClusterSpec, Scenario
+from simulator.scenario.training import recompute_modules_of
 from simulator.version import __version__
 from simulator.workload import CommOp, Program, ProgramBuilder, Workload, build_workload, compute_profile
+from simulator.workload.activations import recomputed_matmul_params
 from simulator.workload.fusion import CommCost
 
 __all__ = ["simulate", "run_simulation", "Simulation", "simulate_collective", "collective_choice", "FLOPS_CONVENTION"]
@@ -281,7 +283,8 @@ def _facts(scenario: Scenario, workload: Workload, program: Program, run: Engine
     # an MoE model's layers average their active parameters (dense and MoE layers differ)
     layer_params = counts.per_layer + round(counts.moe_layers * counts.moe_active_extra / m.layers)
     extra = recompute_flops_per_token(train.recompute, layer_params, m.layers, m.hidden, m.seq_len,
-                                      op_policy_params=op_params) * tokens
+                                      op_policy_params=op_params, core_attn="core_attn" in recompute_modules_of(train),
+                                      selective_params=recomputed_matmul_params(scenario)) * tokens
     calibration = profile if calibrated else f"uncalibrated (built-in efficiency tables for {gpu.name})"
     return RunFacts(
         scenario_name=scenario.name or f"{m.label} on {scenario.cluster.n_nodes} x {scenario.cluster.node_type.name}",

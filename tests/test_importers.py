@@ -244,6 +244,21 @@ def test_megatron_core_flags(tmp_path: Path) -> None:
     assert (s.training.precision, s.training.recompute) == ("bf16", "selective")
 
 
+def test_megatron_recompute_modules(tmp_path: Path) -> None:
+    """--recompute-modules is read under selective granularity (training.recompute_modules) and listed
+    as ignored without it (Megatron-Core reads it only then)."""
+    shape = ["--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "2048",
+             "--micro-batch-size", "1", "--global-batch-size", "64", "--bf16"]
+    selective = import_megatron([*shape, "--recompute-granularity", "selective", "--recompute-modules", "core_attn",
+                                 "mlp"], **_cluster("dgx-h100", 1, 8))
+    s = _roundtrip(selective, tmp_path)
+    assert (s.training.recompute, s.training.recompute_modules) == ("selective", ["core_attn", "mlp"])
+    assert not any("recompute-modules" in i for i in selective.ignored)
+    alone = import_megatron([*shape, "--recompute-modules", "mlp"], **_cluster("dgx-h100", 1, 8))
+    assert alone.scenario["training"]["recompute"] == "none" and "recompute_modules" not in alone.scenario["training"]
+    assert any(i.startswith("--recompute-modules") for i in alone.ignored)
+
+
 def test_megatron_legacy_flags_select_megatron_lm(tmp_path: Path) -> None:
     args = ["--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16", "--seq-length", "2048",
             "--max-position-embeddings", "2048", "--model-parallel-size", "2", "--batch-size", "4",

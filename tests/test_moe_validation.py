@@ -94,7 +94,9 @@ def test_every_row_states_its_performance_recipe():
     v0.3.0): bf16 gradient reduction (grad_reduce_in_fp32 False) in every row; the Qwen3 rows'
     combined-1F1B all-to-all overlap (moe_a2a_overlap) as parallelism.moe.overlap_a2a_1f1b; the 26.02 Qwen3-30B-A3B row's DeepEP
     listed as not modelled (no deepep dispatcher in this build); the 25.11 rows whose recipe layout
-    differs from the table keep the table's (MBS 2 / VP 24 and MBS 4)."""
+    differs from the table keep the table's (MBS 2 / VP 24 and MBS 4); recompute_modules as
+    training.recompute_modules where the recipe also sets the selective granularity (26.02 GPT-OSS,
+    25.09 DeepSeek-V3), recompute none where it sets only the modules (25.11 GPT-OSS)."""
     rows = {i: moe_runs._megatron_bridge(_record(f"moe_mbridge_{i}")) for i in (
         "2511_h100_qwen3_30b_a3b", "2511_h100_qwen3_235b_a22b", "2511_h100_gpt_oss_120b",
         "2602_h100_qwen3_30b_a3b", "2602_h100_qwen3_235b_a22b", "2602_h100_gpt_oss_120b")}
@@ -113,7 +115,15 @@ def test_every_row_states_its_performance_recipe():
     ds = moe_runs._megatron_bridge(_record("moe_mbridge_2509_h100_deepseek_v3"))
     assert ds.scenario["parallelism"]["zero"] == {"overlap_comm": False}
     assert ds.scenario["parallelism"]["moe"]["overlap_a2a_1f1b"] is ds.scenario["parallelism"]["moe"]["delay_wgrad_compute"] is True
-    assert any(a.startswith("not modelled") and "recompute_modules ['mla_up_proj', 'mlp']" in a for a in ds.assumptions)
+    assert ds.scenario["training"]["recompute"] == "selective"
+    assert ds.scenario["training"]["recompute_modules"] == ["mla_up_proj", "mlp"]
+    assert not any("not modelled" in a and "recompute_modules" in a for a in ds.assumptions)
+    # 26.02 sets the granularity with the modules; 25.11 set only the modules, which Megatron-Core then ignores
+    assert rows["2602_h100_gpt_oss_120b"].scenario["training"]["recompute"] == "selective"
+    assert rows["2602_h100_gpt_oss_120b"].scenario["training"]["recompute_modules"] == ["layernorm", "moe_act"]
+    assert rows["2511_h100_gpt_oss_120b"].scenario["training"]["recompute"] == "none"
+    assert "recompute_modules" not in rows["2511_h100_gpt_oss_120b"].scenario["training"]
+    assert any("c9dd0586" in a and "without recompute_granularity" in a for a in rows["2511_h100_gpt_oss_120b"].assumptions)
     assert any("run_script.py:101-102" in a for a in ds.assumptions)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "param_counts",
     "model_flops_per_token",
     "recompute_flops_per_token",
+    "selective_recomputed_params",
     "op_policy_recomputed_params",
     "megatron_flops_per_iteration",
 ]
@@ -138,13 +139,27 @@ def op_policy_recomputed_params(*, hidden: int, q_width: int, kv_width: int, ffn
     return float(sum(sizes[n] for n in block_matmuls(mlp)[:-1] if n not in saved))
 
 
+def selective_recomputed_params(modules: frozenset[str], *, dense_mlp: float, dense_layers: int, shared: float,
+                                moe_layers: int, mla_up: float, layers: int) -> float:
+    """Matmul weights, summed over the model's layers, whose GEMMs Megatron-Core's selective
+    ``recompute_modules`` re-run in the backward: mlp, every dense layer's MLP (``dense_mlp``
+    weights each); shared_experts, every MoE layer's shared experts (``shared``); mla_up_proj,
+    every layer's MLA up-projections (``mla_up``). core_attn, moe_act and layernorm re-run no
+    weight matmul."""
+    return (dense_mlp * dense_layers * ("mlp" in modules) + shared * moe_layers * ("shared_experts" in modules)
+            + mla_up * layers * ("mla_up_proj" in modules))
+
+
 def recompute_flops_per_token(
-    recompute: str, layer_params: int, layers: int, hidden: int, seq_len: int, *, op_policy_params: float = 0.0
+    recompute: str, layer_params: int, layers: int, hidden: int, seq_len: int, *, op_policy_params: float = 0.0,
+    core_attn: bool = True, selective_params: float = 0.0,
 ) -> float:
     """FLOPs per token executed again by activation recomputation.
 
     full: one more forward of every transformer layer, ``2*N_layers + 4*L*h*s``;
-    selective: the attention core only, ``4*L*h*s`` (Korthikanti et al. 2022 §5);
+    selective: the attention core, ``4*L*h*s`` (Korthikanti et al. 2022 §5; ``core_attn``), and
+    ``2*selective_params``, the matmuls the other recompute modules re-run
+    (:func:`selective_recomputed_params`);
     selective-op: the unsaved matmuls, ``2*L*op_policy_params``
     (:func:`op_policy_recomputed_params`; the attention is saved).
     """
@@ -154,7 +169,7 @@ def recompute_flops_per_token(
     if recompute == "full":
         return 2.0 * layer_params * layers + attention
     if recompute == "selective":
-        return attention
+        return attention * core_attn + 2.0 * selective_params
     return 0.0
 
 

@@ -138,6 +138,7 @@ def layer_activation_bytes(
     sp_keeps_gathered: bool = False,
     compiled: bool = False,
     head_dim: int | None = None,
+    recomputed: frozenset[str] | None = None,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
     ``head_dim`` (default h/a): with heads wider or narrower than h/a, Q and the attention
@@ -159,6 +160,18 @@ def layer_activation_bytes(
       with a fused kernel, and under SP the two reduce-scatter outputs (``h/t`` each); with
       ``compiled`` (torch.compile) only the outputs the backward reads
       (:func:`op_policy_kept_matmuls`): not w2's, nor under SP the reduce-scatter after it;
+
+    * selective with ``recomputed`` (Megatron-Core's ``--recompute-modules``, mapped to the parts of
+      this formula by :func:`simulator.workload.activations.recomputed_parts`; default
+      ``{"core_attn"}``, Korthikanti's selective): ``core_attn`` drops the attention core's
+      tensors, ``input_norm`` / ``pre_mlp_norm`` the first / second norm output (``g*s*b*h``,
+      ``/t`` with SP; Megatron-Core's ``CheckpointWithoutOutput`` frees a discarded output's
+      storage and re-runs the norm in the backward, tensor_parallel/random.py:848 at
+      NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553), ``mlp`` the MLP's
+      intermediates and the second norm output (the MLP, its norm fused into fc1, runs in a
+      checkpoint that keeps only its input, transformer_layer.py:992-1012), ``qkv`` the
+      attention core's inputs Q, K and V (MLA's up-projection outputs,
+      multi_latent_attention.py:983-990 and :455-458).
 
     FlashAttention never stores the ``a*s*s`` score/softmax/dropout tensors (Dao et al.
     2022) but keeps the fp32 log-sum-exp, ``4*b*a*s/t`` bytes. Context parallelism keeps
@@ -185,23 +198,25 @@ def layer_activation_bytes(
     if recompute == "selective-op":
         return _op_policy_bytes(s, batch, hidden, heads, kv_width, ffn_hidden, mlp, tp, sequence_parallel,
                                 flash_attention, e, compiled, q_width)
+    if recomputed is None:
+        recomputed = frozenset({"core_attn"}) if recompute == "selective" else frozenset()
     g = 1.0 if fp8_inputs else e  # bytes of a kept linear input (norm outputs, fc2's input)
+    norm_outputs = 2.0 - ("input_norm" in recomputed) - ("pre_mlp_norm" in recomputed or "mlp" in recomputed)
     # replicated across tp unless sequence parallel: LN inputs and outputs, dropout masks
-    replicated = (e + g + mask + e + g + mask) * sbh
+    replicated = (e + mask + e + mask + g * norm_outputs) * sbh
     # split across tp: Q, K, V, attention output (and proj's fp8 input), MLP intermediates
-    split = e * sbq + 2 * e * s * batch * kv_width + e * sbq + (sbq if fp8_inputs else 0.0)
-    if mlp == "swiglu":
-        split += (2 * e + g) * s * batch * ffn_hidden
-    else:
-        split += (e + g) * s * batch * ffn_hidden
+    qkv = 0.0 if "qkv" in recomputed else e * sbq + 2 * e * s * batch * kv_width
+    split = qkv + e * sbq + (sbq if fp8_inputs else 0.0)
+    if "mlp" not in recomputed:
+        split += ((2 * e + g) if mlp == "swiglu" else (e + g)) * s * batch * ffn_hidden
     core = 0.0
-    if recompute != "selective":
+    if "core_attn" not in recomputed:
         if flash_attention:
             core = 4.0 * batch * heads * s
         else:
             core = (e + mask + (e if dropout else 0.0)) * heads * s * seq * batch
     # DTensor SP: each column-parallel linear keeps its all-gathered input (the two norm outputs), not a shard
-    gathered = 2 * g * sbh * (1.0 - 1.0 / tp) if sp_keeps_gathered and sequence_parallel else 0.0
+    gathered = norm_outputs * g * sbh * (1.0 - 1.0 / tp) if sp_keeps_gathered and sequence_parallel else 0.0
     return replicated / shard_rep + gathered + (split + core) / tp
 
 

@@ -31,7 +31,12 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22):
   ``--overlap-grad-reduce`` (arguments.py:3121); ``--overlap-param-gather`` (:3148).
 - Batch: ``--micro-batch-size``, ``--global-batch-size`` (default micro-batch * dp,
   arguments.py:702-703). ``--recompute-activations`` means selective recomputation
-  (arguments.py:606-607); ``--recompute-granularity`` full | selective (transformer_config.py:532).
+  (arguments.py:606-607); ``--recompute-granularity`` full | selective (transformer_config.py:532);
+  ``--recompute-modules`` (nargs ``*``, default ``core_attn``: megatron/training/arguments.py:2113-2117
+  at NVIDIA/Megatron-LM@67f3515c8a0539d38c23f59dd8b85efdcbb3af3d, since generated from
+  TransformerConfig.recompute_modules, transformer_config.py:560) becomes
+  ``training.recompute_modules`` under selective granularity; Megatron-Core reads it only then,
+  so without it the flag is listed as ignored.
 - Precision: ``--fp16`` / ``--bf16`` (model_parallel_config.py:177, 180), ``--fp8-format``
   e4m3 | hybrid (transformer_config.py:587); none of them: fp32. An fp8 run's ``training.fp8``:
   ``--fp8-recipe`` (transformer_config.py:594, default delayed; ``custom`` is refused),
@@ -97,6 +102,7 @@ def _parser() -> _Parser:
     p.add_argument("--fp8-param-gather", action="store_true")
     p.add_argument("--recompute-granularity", choices=["full", "selective"], default=None)
     p.add_argument("--recompute-method", choices=["uniform", "block"], default=None)
+    p.add_argument("--recompute-modules", nargs="*", default=None)
     return p
 
 
@@ -210,6 +216,8 @@ def _training(a: argparse.Namespace) -> dict[str, Any]:
     if a.checkpoint_activations and not a.recompute_granularity:
         recompute = "full"  # the 2020-2021 flag checkpointed every layer's input
     out: dict[str, Any] = {"precision": precision, "recompute": recompute}
+    if a.recompute_modules is not None and recompute == "selective":
+        out["recompute_modules"] = list(a.recompute_modules)
     if precision == "fp8":
         if a.fp8_recipe == "custom":
             raise ScenarioError("--fp8-recipe custom: a custom quantizer factory cannot be costed; use one of "
@@ -228,6 +236,8 @@ def import_megatron(argv: list[str], *, cluster: dict[str, Any], world: int, whe
     for key, text in _NOT_MODELLED.items():
         if key in given and text:
             ignored.append(text)
+    if a.recompute_modules is not None and a.recompute_granularity != "selective" and not a.recompute_activations:
+        ignored.append("--recompute-modules (Megatron-Core reads it only with --recompute-granularity selective)")
     legacy = [f"--{k.replace('_', '-')}" for k in _LEGACY_FLAGS if k in given]
     framework = "megatron-lm" if legacy else "megatron-core"
     if legacy:

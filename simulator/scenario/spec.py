@@ -48,7 +48,7 @@ from simulator.scenario.parallelism import (
 from simulator.scenario.pipeline_layout import stage_layer_counts
 from simulator.scenario.reliability import ReliabilitySpec
 from simulator.scenario.resolve import base_dir_in, catalog_in, is_catalog_name, is_resolved_cluster, resolve_cluster
-from simulator.scenario.training import Recompute, SimSpec, TrainingSpec
+from simulator.scenario.training import Recompute, SimSpec, TrainingSpec, check_recompute_modules
 
 __all__ = [
     "ModelSpec",
@@ -250,6 +250,7 @@ class Scenario(Frozen):
         self._check_pipeline()
         self._check_sharding()
         check_experts(model, par, train, self.world_size)
+        check_recompute_modules(model, par, train)
         check_attention_kernel(train, self.source_of, cluster.gpu_spec.architecture, cluster.gpu_spec.full_name)
         peak = cluster.gpu_spec.peak_flops_per_s(train.precision)
         if peak is None:

@@ -4,20 +4,25 @@ costs; and how the simulation itself runs."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
 from simulator import limits
+from simulator.errors import InfeasibleError
 from simulator.fields import Frozen, Precision
 from simulator.scenario.attention import AttentionKernel
 from simulator.scenario.fp8 import Fp8Spec
 from simulator.scenario.host import HostSpec
 from simulator.scenario.moe import MoeRouting
 
-__all__ = ["TrainingSpec", "SimSpec", "Recompute"]
+__all__ = ["TrainingSpec", "SimSpec", "Recompute", "RecomputeModule", "recompute_modules_of", "check_recompute_modules"]
 
 Recompute = Literal["none", "selective", "selective-op", "full"]
+# Megatron-Core's --recompute-modules choices dtsim models (transformer_config.py:560-585 at
+# NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553); "moe" (the whole MoE layer in a
+# checkpoint, its dispatch and combine re-run) is refused as not modelled
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "shared_experts", "moe"]
 
 
 class TrainingSpec(Frozen):
@@ -34,6 +39,15 @@ class TrainingSpec(Frozen):
         "its input, every other matmul output, the fused-attention output and the reduce-scatter outputs, and "
         "recomputes the rest in its backward; with fp8 linears no matmul output is kept); full (each block keeps "
         "only its input and replays its forward in the backward)")
+    recompute_modules: list[RecomputeModule] | None = Field(
+        None, description="with recompute: selective, the submodules Megatron-Core recomputes (--recompute-modules; "
+        "default [core_attn], Korthikanti's selective): core_attn (the attention core), moe_act (the routed experts' "
+        "activation function: its output, fc2's input, is not kept), layernorm (the norms that are modules of their "
+        "own: an MoE layer's pre-MLP norm, multi-head latent attention's input norm; Transformer Engine fuses the "
+        "others into their linear), mla_up_proj (MLA's up-projections and rotary: the attention's query, key and "
+        "value are not kept), mlp (a dense layer's whole MLP with its fused norm: only its input is kept), "
+        "shared_experts (an MoE layer's shared experts: only their input is kept). Each is re-run in the block's "
+        "backward; moe (the whole MoE layer) is not modelled")
     cross_entropy: Literal["fused", "megatron", "eager-fp32"] = Field(
         "fused", description="the loss kernels: fused (one kernel each way that keeps the fp32 softmax and writes its "
         "gradient in place), megatron (Megatron's vocab-parallel cross entropy without --cross-entropy-loss-fusion: "
@@ -100,3 +114,42 @@ class SimSpec(Frozen):
     def _samples_limit(cls, value: int) -> int:
         limits.check("sim_samples", value, what="seeded iterations (sim.samples)", field="sim.samples")
         return value
+
+
+def recompute_modules_of(training: TrainingSpec) -> frozenset[str]:
+    """The submodules a block's backward recomputes under Megatron-Core's selective granularity
+    (empty unless ``recompute: selective``; its default, ``[core_attn]``, transformer_config.py:
+    1940-1941 at d98e8a6)."""
+    if training.recompute != "selective":
+        return frozenset()
+    return frozenset(training.recompute_modules if training.recompute_modules is not None else ("core_attn",))
+
+
+def check_recompute_modules(model: Any, par: Any, training: TrainingSpec) -> None:
+    """``training.recompute_modules``'s rules: read only with selective recomputation; each
+    module once; mla_up_proj needs multi-head latent attention and moe_act an MoE model (Megatron-
+    Core refuses both otherwise, transformer_config.py:1964-1973 at d98e8a6); shared_experts
+    needs shared experts and refuses overlap_ep_comm (moe_shared_expert_overlap, :1991-1998);
+    moe is not modelled."""
+    mods = training.recompute_modules
+    field = "training.recompute_modules"
+    if mods is None:
+        return
+    if training.recompute != "selective":
+        raise InfeasibleError(f"recompute_modules is read only with recompute: selective, not {training.recompute}",
+                              field=field)
+    repeated = sorted({m for m in mods if mods.count(m) > 1})
+    if repeated:
+        raise InfeasibleError(f"recompute_modules lists {', '.join(repeated)} more than once", field=field)
+    refused = [("moe" in mods, "moe (the whole MoE layer in a checkpoint, its dispatch and combine re-run) is not "
+                "modelled: use moe_act, layernorm and shared_experts"),
+               ("mla_up_proj" in mods and model.mla is None, "mla_up_proj needs multi-head latent attention "
+                "(model.mla)"),
+               ("moe_act" in mods and not model.moe, "moe_act needs an MoE model (model.experts > 0)"),
+               ("shared_experts" in mods and not (model.moe and model.shared_experts), "shared_experts needs an MoE "
+                "model with shared experts (model.shared_experts > 0)"),
+               ("shared_experts" in mods and model.moe and par.moe.overlap_ep_comm, "shared_experts cannot be "
+                "recomputed with parallelism.moe.overlap_ep_comm (Megatron-Core refuses it)")]
+    for bad, message in refused:
+        if bad:
+            raise InfeasibleError(message, field=field)

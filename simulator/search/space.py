@@ -78,6 +78,8 @@ class Layout:
             "parallelism.etp": self.etp,
             "training.micro_batch": self.micro_batch,
             "training.recompute": recompute,
+            # the base's Megatron-Core recompute_modules shape its selective policy only
+            **({} if recompute == "selective" else {"training.recompute_modules": None}),
         }
 
     @property

@@ -104,11 +104,23 @@ def _gpt_oss(release: str) -> Recipe:
                        else (_G3 + "gpt_oss_llm_pretrain.py", "28-34", "134-155"))
     cfg = (_G2 + "workload_base_configs.py:22-28 and 58-62" if release == V020
            else _G3 + "gpt_oss_workload_base_configs.py:79-83 and 114-117")
+    if release == V020:  # the modules are set, the granularity is not: Megatron-Core reads them only under selective
+        recompute: tuple[tuple[str, Any, str], ...] = ((
+            "training.recompute", "none",
+            f"recompute_modules ['layernorm', 'moe_act'] ({release} {cfg}) without recompute_granularity: "
+            f"{release} scripts/performance/utils/helpers.py:163-182 sets only recipe.model.recompute_modules, the "
+            "gpt_oss recipe and provider set no granularity, so it stays Megatron-Core's default None "
+            "(megatron/core/transformer/transformer_config.py:532 at NVIDIA/Megatron-LM@d98e8a64), which recomputes "
+            "nothing; Megatron-Bridge@c9dd0586 'selective granularity recompute (#1653)', 2025-12-10, after v0.2.0, "
+            "adds recompute_granularity = 'selective' there"),)
+    else:
+        why = (f"recompute_modules ['layernorm', 'moe_act'] ({release} {cfg}) with recompute_granularity "
+               f"'selective': {release} scripts/performance/utils/overrides.py:141-143")
+        recompute = (("training.recompute", "selective", why), ("training.recompute_modules", ["layernorm", "moe_act"], why))
     return Recipe(
-        (_grad_reduce(f"{release} {pre}:{common}, applied by the H100 config :{fn}"), _moe_provider(release, False)),
-        (f"recompute_modules ['layernorm', 'moe_act'] (selective: {release} {cfg}): dtsim's selective recomputation "
-         "is the attention core, so none is kept",
-         f"moe_router_fusion True ({release} {pre}:{common}): dtsim times the router as its GEMM only"),
+        (_grad_reduce(f"{release} {pre}:{common}, applied by the H100 config :{fn}"), _moe_provider(release, False),
+         *recompute),
+        (f"moe_router_fusion True ({release} {pre}:{common}): dtsim times the router as its GEMM only",),
         f"the recipe's layout ({release} {cfg}: MBS 1, GBS 512) is not the row's MBS 4; the row's is kept"
         if release == V020 else "")
 
@@ -122,8 +134,12 @@ def _deepseek_v3_2509() -> Recipe:
          ("parallelism.moe.overlap_a2a_1f1b", True,
           f"overlap_moe_expert_parallel_comm True on H100 ({R010} {run}:62 and 82-85): Megatron-Core's combined 1F1B "
           "schedule"),
-         ("parallelism.moe.delay_wgrad_compute", True, f"delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85)")),
-        (f"recompute_modules ['mla_up_proj', 'mlp'] on H100 ({R010} {run}:90-91): not modelled",))
+         ("parallelism.moe.delay_wgrad_compute", True, f"delay_wgrad_compute True on H100 ({R010} {run}:62 and 82-85)"),
+         ("training.recompute", "selective", f"recompute_granularity 'selective': {R010} "
+          "src/megatron/bridge/recipes/deepseek/deepseek_v3.py:189, the default of pretrain_config, which "
+          f"{run}:23 imports as deepseek_v3_pretrain_config and calls without it (:67-75)"),
+         ("training.recompute_modules", ["mla_up_proj", "mlp"], f"recompute_modules on H100: {R010} {run}:90-91")),
+        ())
 
 
 # (container, preset) -> the recipe of that container's DGX-H100 row

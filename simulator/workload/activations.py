@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.costs.elementwise import EAGER_SAVED_FP32_BYTES
+from simulator.costs.flops import selective_recomputed_params
 from simulator.costs.fp8 import Fp8Casting, weight_cache_bytes
 from simulator.costs.memory import (
     ModelStateBytes,
@@ -24,6 +25,7 @@ from simulator.costs.memory import (
     model_state_bytes_per_param,
 )
 from simulator.scenario.spec import Scenario
+from simulator.scenario.training import recompute_modules_of
 from simulator.workload.data_parallel.base import grad_reduce_bytes
 from simulator.workload.model import Shard
 from simulator.workload.moe import imbalance_of
@@ -31,7 +33,7 @@ from simulator.workload.parallel import context
 from simulator.workload.steps import LayerSpec
 
 __all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards", "state_bytes_per_param",
-           "eager_saved_bytes"]
+           "eager_saved_bytes", "recomputed_parts", "recomputed_matmul_params"]
 
 # the shardings whose parameters are all-gathered from shards (FSDP, ZeRO-3, MiCS, and the
 # ZeRO-1/2 parameter all-gather after the optimizer step): an fp8 all-gather casts on the shard
@@ -87,6 +89,39 @@ def eager_saved_bytes(scenario: Scenario) -> float:
     return EAGER_SAVED_FP32_BYTES * 2.0 * shard_of(scenario).norm_tokens * m.hidden
 
 
+def recomputed_parts(modules: frozenset[str], *, moe_block: bool, mla: bool) -> frozenset[str]:
+    """The parts of :func:`~simulator.costs.memory.layer_activation_bytes` a block does not keep
+    under Megatron-Core's selective ``recompute_modules`` (Transformer Engine layer spec,
+    megatron/core/models/gpt/gpt_layer_specs.py:295-336 at NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553):
+    core_attn -> the attention core; layernorm -> the norms that are modules of their own
+    (``recompute_input_layernorm`` / ``recompute_pre_mlp_layernorm`` apply only to a norm that is
+    not an ``IdentityOp``, transformer_layer.py:475-530): an MoE layer's pre-MLP norm
+    (``backend.layer_norm() if num_experts``) and MLA's input norm; MHA's input norm and a dense
+    layer's pre-MLP norm are fused into ``TELayerNormColumnParallelLinear`` and stay; mlp -> a
+    dense layer's MLP (``if not self.is_moe_layer``, transformer_layer.py:537-539); mla_up_proj ->
+    the attention's Q, K, V. moe_act and shared_experts act on the MoE MLP (:func:`moe_layer_bytes`)."""
+    parts = {"core_attn"} & modules
+    if "layernorm" in modules:
+        parts |= ({"pre_mlp_norm"} if moe_block else set()) | ({"input_norm"} if mla else set())
+    if "mlp" in modules and not moe_block:
+        parts.add("mlp")
+    if "mla_up_proj" in modules and mla:
+        parts.add("qkv")
+    return frozenset(parts)
+
+
+def recomputed_matmul_params(scenario: Scenario) -> float:
+    """Matmul weights over all layers that the selective ``recompute_modules`` re-run
+    (:func:`~simulator.costs.flops.selective_recomputed_params`): a dense MLP ``(3 or 2) x h x F``
+    (SwiGLU or GELU), the shared experts ``(3 or 2) x h x shared x F_e``, MLA's up-projections."""
+    m, mla = scenario.model, scenario.model.mla
+    per_mlp = (3 if m.mlp == "swiglu" else 2) * m.hidden
+    up = 0 if mla is None else sum(mla.projection_params(m.hidden, m.heads)) - mla.replicated_params(m.hidden)
+    return selective_recomputed_params(recompute_modules_of(scenario.training), dense_mlp=per_mlp * m.ffn,
+                                       dense_layers=m.layers - m.n_moe_layers, shared=per_mlp * m.shared_experts
+                                       * m.expert_ffn, moe_layers=m.n_moe_layers, mla_up=up, layers=m.layers)
+
+
 @dataclass(frozen=True)
 class ActivationSizes:
     """Bytes one rank stores per micro-batch (``per_layer`` under the recompute policy,
@@ -112,14 +147,18 @@ class ActivationSizes:
         m, par, train = scenario.model, scenario.parallelism, scenario.training
         shard = shard_of(scenario)
 
-        def layer(recompute: str, ffn: int = m.ffn) -> float:
+        modules = recompute_modules_of(train)
+
+        def layer(recompute: str, ffn: int = m.ffn, moe_block: bool = False) -> float:
+            parts = (recomputed_parts(modules, moe_block=moe_block, mla=m.mla is not None)
+                     if recompute == "selective" else None)
             return layer_activation_bytes(
                 seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads,
                 ffn_hidden=ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
                 recompute=recompute, flash_attention=shard.flash, dropout=m.dropout,
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
                 sp_keeps_gathered=par.sp_keeps_gathered_input, compiled=train.compile is True, head_dim=m.head_dim,
-            )
+                recomputed=parts)
 
         eager = eager_saved_bytes(scenario)
         full = layer("none") + eager
@@ -165,7 +204,7 @@ class ActivationSizes:
         return {"embedding": 0.0, "logits": self.loss_workspace, "block": self.backward_workspace}[kind]
 
 
-def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int], float]) -> float:
+def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int, bool], float]) -> float:
     """An MoE block's stored activations: the dense block's formula (which splits the MLP's
     intermediate width by tp) with the intermediate width one token's share of the experts'
     rows has, ``k x f x F_e + shared x F_e`` (f: the busiest EP rank's load factor,
@@ -173,15 +212,30 @@ def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int], float]) -> f
     expert-TP all-gather, are ``F_e / etp`` wide, so ``T x k x f x F_e / tp`` elements), plus the
     dispatched tokens the routed experts' fc1 keeps for its weight gradient, ``f x T/tp x k x
     etp x h`` elements (T: b*s/cp; / tp under sequence parallelism, which MoE with tp > 1
-    needs). Under full recomputation only the block input is kept, as for a dense block."""
+    needs). Under full recomputation only the block input is kept, as for a dense block.
+
+    Selective ``recompute_modules``: moe_act keeps no routed activation output, fc2's input
+    (``g`` bytes, 1 with Transformer Engine's fp8 inputs), ``g x T x k x f x F_e / tp``
+    (megatron/core/transformer/moe/experts.py:1019-1030 at d98e8a6: ``CheckpointWithoutOutput``
+    around the activation, its output discarded once fc2 ran); shared_experts keeps none of the
+    shared experts' intermediates, ``(2e + g) x T x shared x F_e / tp`` with SwiGLU (``e + g``
+    GELU): they run in a checkpoint whose input, the pre-MLP norm output, is kept anyway
+    (moe_layer.py:517-533)."""
     m, train = scenario.model, scenario.training
     if not m.moe:
         return 0.0
     f = imbalance_of(scenario).factor
     width = m.top_k * f * m.expert_ffn + m.shared_experts * m.expert_ffn
-    stored = layer(train.recompute, round(width))
+    stored = layer(train.recompute, round(width), True)
     if train.recompute == "full":
         return stored
     shard = shard_of(scenario)
-    etp = scenario.parallelism.expert_tp
+    etp, tp = scenario.parallelism.expert_tp, scenario.parallelism.tp
+    modules = recompute_modules_of(train)
+    g = 1.0 if shard.fp8 is not None and shard.fp8.saves_fp8_inputs else float(shard.elem)
+    if "moe_act" in modules:
+        stored -= g * shard.tokens * m.top_k * f * m.expert_ffn / tp
+    if "shared_experts" in modules:
+        stored -= ((2 * shard.elem + g) if m.mlp == "swiglu" else (shard.elem + g)) * shard.tokens * \
+            m.shared_experts * m.expert_ffn / tp
     return stored + f * shard.norm_tokens * m.top_k * etp * m.hidden * shard.elem

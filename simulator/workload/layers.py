@@ -22,6 +22,7 @@ from typing import Any
 from simulator.costs.compute import ComputeProfile
 from simulator.ir import FusedLayers, MemDelta, TaskInfo
 from simulator.scenario.spec import Scenario
+from simulator.scenario.training import recompute_modules_of
 from simulator.workload.activations import ActivationSizes, shard_of
 from simulator.workload.emitter import RankEmitter
 from simulator.workload.fusion import CommTime, Job, Macro, fuse, job_label
@@ -70,6 +71,7 @@ class LayerEmitter:
             spec = LayerSpec(self.sc.model, self.shard, kind, phase, tp_overlap=par.tp_overlap,
                              comm_overlap=par.tp_comm_overlap, cp_comm=par.cp_comm, cp_kv_heads=par.cp_kv_heads,
                              recompute=train.recompute if kind == "block" and phase == "bwd" else "none",
+                             recompute_modules=recompute_modules_of(train),
                              moe=moe_shape(self.sc) if moe else None)
             # the micro-batch's host work (data loader, inputs) precedes its first layer
             per_mb = self.host.microbatch_s if (kind, phase) == ("embedding", "fwd") else 0.0

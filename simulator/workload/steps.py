@@ -27,10 +27,10 @@ from simulator.workload.model import (
     kernel_time_s,
     logits_forward,
 )
-from simulator.workload.moe import MoeShape, with_moe_mlp
+from simulator.workload.moe import MoeShape, is_moe_mlp, with_moe_mlp
 
 __all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "kernel_shape", "base_steps", "attention_core", "split_casts",
-           "op_policy_recompute", "recompute_steps", "block_kernels", "split_weight_grads"]
+           "op_policy_recompute", "recompute_steps", "block_kernels", "split_weight_grads", "selective_backward"]
 
 Phase = Literal["fwd", "bwd"]
 
@@ -66,6 +66,7 @@ class LayerSpec:
     tp_overlap: bool = True
     comm_overlap: bool = False
     recompute: str = "none"  # the block backward's recomputation policy (full replays the forward as its own pass)
+    recompute_modules: frozenset[str] = frozenset({"core_attn"})  # selective: Megatron-Core's recompute_modules
     cp_comm: str = "ring-p2p"  # parallelism.cp_comm: how context parallelism moves K/V (ring-p2p | allgather)
     cp_kv_heads: str = "grouped"  # parallelism.cp_kv_heads: K/V heads the attention call sees (grouped | repeated)
     moe: MoeShape | None = None  # an MoE layer (workload/moe.py): its experts replace the dense MLP
@@ -148,6 +149,61 @@ def recompute_steps(fwd: list[Kernel], model: ModelSpec, policy: str) -> list[St
     return [ComputeStep("recompute", tuple(kernels))] if kernels else []
 
 
+def _first_core_backward(bwd: list[Kernel], fwd: list[Kernel]) -> str:
+    names = {k.name for k in attention_core(fwd)}
+    return next((k.of or k.name for k in bwd if (k.of or k.name).split(".")[0] in names), "")
+
+
+def selective_backward(fwd: list[Kernel], recompute: str, modules: frozenset[str], mla: bool
+                       ) -> tuple[tuple[Kernel, ...], list[Kernel]]:
+    """A block's backward under ``recompute``: (the attention core re-run at the start of the
+    attention backward under selective recomputation with core_attn, Korthikanti et al. 2022 §5;
+    the backward kernels with the forward kernels the other ``recompute_modules`` re-run, each
+    group inserted before the backward kernel Megatron-Core re-runs it at and tagged with it
+    (``of``), so the passes that regroup a backward keep it there). Megatron-Core registers each
+    output-discarding recomputation as a gradient hook of the tensor its module's output
+    feeds (``CheckpointWithoutOutput.discard_output_and_register_recompute``,
+    megatron/core/tensor_parallel/random.py at NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553)
+    and a checkpointed module re-runs when the backward reaches its output:
+
+    * layernorm: an MoE layer's pre-MLP norm before the MLP's backward (its hook on the MLP
+      output, transformer_layer.py:1088-1093); MLA's input norm before the output projection's
+      backward (its hook on the attention output, :683-688);
+    * mla_up_proj: MLA's up-projections before the attention core's backward (their hook on the
+      core's output, multi_latent_attention.py:455-458);
+    * moe_act: the routed experts' activation before their fc2's backward (experts.py:1019-1030);
+    * shared_experts: the shared experts' forward before their backward (moe_layer.py:517-533);
+    * mlp: a dense layer's MLP, its norm fused into fc1, before its backward
+      (transformer_layer.py:992-1012).
+
+    Tensor-parallel collectives a re-run module repeats (mlp and shared_experts under sequence
+    parallelism re-gather their input) are not added."""
+    bwd = backward_of(fwd)
+    if recompute != "selective":
+        return (), bwd
+    core = tuple(attention_core(fwd)) if "core_attn" in modules else ()
+    moe_block = any(is_moe_mlp(k) for k in fwd)
+    groups: list[tuple[tuple[str, ...], str]] = []
+    if "layernorm" in modules and mla:
+        groups.append((("ln1",), "proj.dgrad"))
+    if "mla_up_proj" in modules and mla:
+        groups.append((("q_up", "kv_up", "q_proj"), _first_core_backward(bwd, fwd)))
+    if "layernorm" in modules and moe_block:
+        groups.append((("ln2",), next((k.of or k.name for k in bwd if is_moe_mlp(k)), "")))
+    if "shared_experts" in modules and moe_block:
+        groups.append((("shared.fc1", "shared.act", "shared.fc2"), "shared.fc2.dgrad"))
+    if "moe_act" in modules and moe_block:
+        groups.append((("experts.act",), "experts.fc2.dgrad"))
+    if "mlp" in modules and not moe_block:
+        groups.append((("ln2", "fc1", "act", "fc2"), "fc2.dgrad"))
+    for names, anchor in groups:
+        again = [replace(k, of=anchor) for k in fwd if (k.of or k.name) in names]
+        at = next((i for i, k in enumerate(bwd) if (k.of or k.name) == anchor), None)
+        if again and at is not None:
+            bwd = [*bwd[:at], *again, *bwd[at:]]
+    return core, bwd
+
+
 def block_kernels(spec: LayerSpec) -> list[Kernel]:
     """A block's forward kernels on one rank: the dense block's, with multi-head latent
     attention's projections and an MoE layer's MLP in place of the dense ones where the model has them."""
@@ -167,8 +223,8 @@ def base_steps(spec: LayerSpec) -> list[Step]:
         fwd = block_kernels(spec)
         if spec.phase == "fwd":
             return [ComputeStep("fwd", tuple(fwd))]
-        recompute = tuple(attention_core(fwd)) if spec.recompute == "selective" else ()
-        return [*recompute_steps(fwd, model, spec.recompute), ComputeStep("bwd", recompute + tuple(backward_of(fwd)))]
+        core, bwd = selective_backward(fwd, spec.recompute, spec.recompute_modules, model.mla is not None)
+        return [*recompute_steps(fwd, model, spec.recompute), ComputeStep("bwd", core + tuple(bwd))]
     if spec.kind == "embedding":
         fwd = embedding_forward(model, shard)
         return [ComputeStep("embedding", tuple(fwd))] if spec.phase == "fwd" else [

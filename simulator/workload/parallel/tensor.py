@@ -44,6 +44,7 @@ from simulator.workload.steps import (
     attention_core,
     block_kernels,
     recompute_steps,
+    selective_backward,
 )
 
 __all__ = ["block_steps", "embedding_steps", "logits_steps", "place"]
@@ -56,7 +57,8 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
         return steps
     if spec.kind == "block":
         return block_steps(spec.model, spec.shard, spec.phase, tp_overlap=spec.tp_overlap,
-                           recompute=spec.recompute, comm_overlap=spec.comm_overlap,
+                           recompute=spec.recompute, recompute_modules=spec.recompute_modules,
+                           comm_overlap=spec.comm_overlap,
                            fwd=block_kernels(spec) if spec.moe is not None or spec.model.mla is not None else None)
     if spec.kind == "embedding":
         return embedding_steps(spec.model, spec.shard, spec.phase)
@@ -105,7 +107,8 @@ class _AttnInput:
 
 
 def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool = True,
-                recompute: str = "none", comm_overlap: bool = False, fwd: list[Kernel] | None = None) -> list[Step]:
+                recompute: str = "none", comm_overlap: bool = False, fwd: list[Kernel] | None = None,
+                recompute_modules: frozenset[str] = frozenset({"core_attn"})) -> list[Step]:
     """Steps of one transformer block: phase ``fwd`` or ``bwd`` (``recompute`` selective: re-run
     the core in the attention backward; selective-op: a recompute step first, whose TP
     collectives, re-run by torchtitan's policy (it saves no all-gather output), are not
@@ -125,8 +128,7 @@ def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool 
         else:
             steps = _fwd_tp(model, shard, fwd, core_names)
     else:
-        bwd = backward_of(fwd)
-        core_again = tuple(core) if recompute == "selective" else ()
+        core_again, bwd = selective_backward(fwd, recompute, recompute_modules, model.mla is not None)
         if shard.tp == 1:
             steps = [ComputeStep("bwd", core_again + tuple(bwd))]
         elif comm_overlap and shard.sequence_parallel:

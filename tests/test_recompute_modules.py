@@ -1,0 +1,191 @@
+"""Megatron-Core's selective ``recompute_modules`` (``training.recompute_modules``): what each
+module stops keeping, what it re-runs in the backward, and the messages of bad combinations."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.costs.flops import recompute_flops_per_token, selective_recomputed_params
+from simulator.errors import InfeasibleError
+from simulator.scenario.spec import Scenario
+from simulator.workload.activations import ActivationSizes, recomputed_matmul_params, shard_of
+from simulator.workload.moe import moe_shape
+from simulator.workload.parallel import layer_steps
+from simulator.workload.steps import ComputeStep, LayerSpec
+from tests.test_moe import DEEPSEEK_V3, MIXTRAL
+
+T = 4096  # one 4096-token sequence per micro-batch, tp 1: every rank keeps all of them
+
+
+def mixtral(training: dict, **model: object) -> Scenario:
+    """Mixtral 8x7B (h 4096, F_e 14336, top-2, SwiGLU, bf16) on 16 H100, ep 8."""
+    return Scenario.model_validate({
+        "model": {**MIXTRAL, **model}, "cluster": {"node": "p5.48xlarge", "nodes": 2},
+        "parallelism": {"ep": 8, "sharding": "zero1"},
+        "training": {"global_batch": 32, "micro_batch": 1, "recompute": "selective", **training}})
+
+
+def dense(training: dict) -> Scenario:
+    """Mixtral's shape without experts: a dense SwiGLU block, F = 14336."""
+    model = {k: v for k, v in MIXTRAL.items() if k not in ("experts", "experts_per_token")}
+    return Scenario.model_validate({"model": model, "cluster": {"node": "p5.48xlarge", "nodes": 2},
+                                    "training": {"global_batch": 32, "recompute": "selective", **training}})
+
+
+def deepseek(training: dict) -> Scenario:
+    return Scenario.model_validate({"model": DEEPSEEK_V3, "cluster": {"node": "dgx-h800", "nodes": 32},
+                                    "parallelism": {"pp": 16, "ep": 16, "sharding": "zero1",
+                                                    "stage_layers": [3] + [4] * 14 + [2]},
+                                    "training": {"global_batch": 256, "recompute": "selective", **training}})
+
+
+def test_default_modules_are_korthikantis_selective() -> None:
+    """No recompute_modules under selective is Megatron-Core's default [core_attn]: the same bytes."""
+    assert ActivationSizes.of(mixtral({})) == ActivationSizes.of(mixtral({"recompute_modules": ["core_attn"]}))
+
+
+def test_moe_act_drops_the_routed_activation_output() -> None:
+    """moe_act: the routed experts' activation output (fc2's input) is not kept:
+    top_k x F_e x T x e = 2 x 14336 x 4096 x 2 = 234,881,024 bytes per MoE layer (balanced routing, tp 1)."""
+    base = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn"]}))
+    act = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))
+    assert base.moe_layer - act.moe_layer == 2 * 14336 * T * 2 == 234_881_024
+    assert act.per_layer == base.per_layer  # a dense block has no routed experts
+
+
+def test_layernorm_drops_the_moe_layers_pre_mlp_norm_output_only() -> None:
+    """layernorm: an MoE layer's pre-MLP norm is a module of its own, its output (h x T x e =
+    4096 x 4096 x 2 = 33,554,432 bytes) not kept; the input norm and a dense layer's pre-MLP norm
+    are fused into their linears (Transformer Engine spec) and stay."""
+    base = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn"]}))
+    norm = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "layernorm"]}))
+    assert base.moe_layer - norm.moe_layer == 4096 * T * 2 == 33_554_432
+    assert norm.per_layer == base.per_layer
+
+
+def test_mlp_drops_a_dense_mlp_and_its_fused_norm_output() -> None:
+    """mlp: the dense MLP runs in a checkpoint keeping only its input: gate+up (2F), their product
+    (F) and the fused norm's output (h) go, (3 x 14336 + 4096) x 4096 x 2 = 385,875,968 bytes."""
+    base = ActivationSizes.of(dense({"recompute_modules": ["core_attn"]}))
+    mlp = ActivationSizes.of(dense({"recompute_modules": ["core_attn", "mlp"]}))
+    assert base.per_layer - mlp.per_layer == (3 * 14336 + 4096) * T * 2 == 385_875_968
+
+
+def test_core_attn_off_keeps_the_log_sum_exp() -> None:
+    """Without core_attn the fused attention's fp32 log-sum-exp is kept: 4 x heads x T = 4 x 32 x 4096
+    = 524,288 bytes per layer (its Q, K, V and output are kept either way)."""
+    core = ActivationSizes.of(dense({"recompute_modules": ["core_attn"]}))
+    none = ActivationSizes.of(dense({"recompute_modules": []}))
+    assert none.per_layer - core.per_layer == 4 * 32 * T == 524_288
+    assert none.per_layer == ActivationSizes.of(dense({"recompute": "none"})).per_layer
+
+
+def test_shared_experts_and_mla_up_proj_on_deepseek_v3() -> None:
+    """DeepSeek-V3 (h 7168, 128 heads, F_e 2048, one shared expert), 4096 tokens, tp 1.
+    shared_experts: gate+up, product of the shared expert, (2e + e) x F_e x T = 6 x 2048 x 4096 =
+    50,331,648 bytes per MoE layer. mla_up_proj: the attention's Q, K, V as the block formula
+    counts them (heads x h/a = 7168 wide each, kv heads = heads): 2 x 3 x 7168 x 4096 = 176,160,768
+    bytes in every layer."""
+    base = ActivationSizes.of(deepseek({"recompute_modules": ["core_attn"]}))
+    shared = ActivationSizes.of(deepseek({"recompute_modules": ["core_attn", "shared_experts"]}))
+    up = ActivationSizes.of(deepseek({"recompute_modules": ["core_attn", "mla_up_proj"]}))
+    assert base.moe_layer - shared.moe_layer == 6 * 2048 * T == 50_331_648
+    assert base.per_layer - up.per_layer == base.moe_layer - up.moe_layer == 2 * 3 * 7168 * T == 176_160_768
+
+
+def _bwd_kernels(sc: Scenario) -> list:
+    spec = LayerSpec(sc.model, shard_of(sc), "block", "bwd", recompute="selective",
+                     recompute_modules=frozenset(sc.training.recompute_modules or ["core_attn"]),
+                     moe=moe_shape(sc) if sc.model.moe else None)
+    return [k for s in layer_steps(spec) if isinstance(s, ComputeStep) for k in s.kernels]
+
+
+def test_moe_act_reruns_the_activation_before_fc2s_backward() -> None:
+    """The backward of an MoE block with moe_act holds one more kernel, the routed activation's
+    forward, right before experts.fc2's dgrad: it sweeps the rank's routed rows, f x T x k = 1 x
+    4096 x 2 = 8192 (balanced), by F_e = 14336."""
+    base = _bwd_kernels(mixtral({"recompute_modules": ["core_attn"]}))
+    act = _bwd_kernels(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))
+    assert len(act) == len(base) + 1
+    i = next(n for n, k in enumerate(act) if k.name == "experts.act")
+    assert act[i + 1].name == "experts.fc2.dgrad" and act[i].kind == "memory"
+    assert act[i].elements == (8192, 14336)
+    assert [k for k in act if k is not act[i]] == base
+
+
+def test_mlp_reruns_norm_fc1_act_fc2_before_fc2s_backward() -> None:
+    """mlp re-runs the dense MLP's forward (ln2, fc1, act, fc2) before fc2's dgrad: extra FLOPs
+    2 x T x h x 2F + 2 x T x F x h = 6 x 4096 x 4096 x 14336 = 1,443,109,011,456."""
+    base = _bwd_kernels(dense({"recompute_modules": ["core_attn"]}))
+    mlp = _bwd_kernels(dense({"recompute_modules": ["core_attn", "mlp"]}))
+    extra = [k for k in mlp if k not in base]
+    assert [k.name for k in extra] == ["ln2", "fc1", "act", "fc2"]
+    assert sum(k.flops for k in extra) == 6 * T * 4096 * 14336 == 1_443_109_011_456
+    assert mlp[mlp.index(extra[-1]) + 1].name == "fc2.dgrad"
+
+
+def test_recompute_flops_count_the_modules_matmuls() -> None:
+    """Reported recompute FLOPs per token: DeepSeek-V3 with [mla_up_proj, mlp], no attention core:
+    2 x (3 dense layers x 3 x 7168 x 18432 + 61 layers x (1536 x 128 x 192 + 512 x 128 x 256))
+    = 2 x (1,189,085,184 + 61 x (37,748,736 + 16,777,216)) = 2 x 4,515,168,256 = 9,030,336,512."""
+    sc = deepseek({"recompute_modules": ["mla_up_proj", "mlp"]})
+    params = recomputed_matmul_params(sc)
+    assert params == 3 * 3 * 7168 * 18432 + 61 * (1536 * 128 * 192 + 512 * 128 * 256) == 4_515_168_256
+    assert recompute_flops_per_token("selective", 0, 61, 7168, 4096, core_attn=False,
+                                     selective_params=params) == 9_030_336_512
+    assert selective_recomputed_params(frozenset({"moe_act", "layernorm"}), dense_mlp=1.0, dense_layers=3, shared=1.0,
+                                       moe_layers=58, mla_up=1.0, layers=61) == 0.0
+
+
+@pytest.mark.parametrize(("make", "training", "words"), [
+    (mixtral, {"recompute": "full", "recompute_modules": ["moe_act"]}, "only with recompute: selective"),
+    (mixtral, {"recompute_modules": ["moe_act", "moe_act"]}, "moe_act more than once"),
+    (mixtral, {"recompute_modules": ["moe"]}, "moe (the whole MoE layer"),
+    (mixtral, {"recompute_modules": ["mla_up_proj"]}, "needs multi-head latent attention"),
+    (mixtral, {"recompute_modules": ["shared_experts"]}, "needs an MoE model with shared experts"),
+    (dense, {"recompute_modules": ["moe_act"]}, "moe_act needs an MoE model"),
+])
+def test_bad_recompute_modules_name_the_field(make, training: dict, words: str) -> None:
+    with pytest.raises(InfeasibleError) as err:
+        make(training)
+    assert err.value.field == "training.recompute_modules" and words in str(err.value)
+
+
+def test_unknown_module_is_a_schema_error() -> None:
+    with pytest.raises(ValueError, match="recompute_modules"):
+        mixtral({"recompute_modules": ["attention"]})
+
+
+def test_moe_act_lengthens_the_backward_by_the_activations_forward_time() -> None:
+    """The timed backward of an MoE block with moe_act lasts the block's backward plus exactly the
+    roofline time of the re-run activation kernel (no host bound: one pass, the default host costs 0)."""
+    from simulator.workload.model import kernel_time_s
+    from simulator.workload.profile import compute_profile
+    from simulator.workload.steps import timed
+
+    def bwd_s(sc: Scenario) -> tuple[float, list]:
+        spec = LayerSpec(sc.model, shard_of(sc), "block", "bwd", recompute="selective",
+                         recompute_modules=frozenset(sc.training.recompute_modules or ()), moe=moe_shape(sc))
+        steps = timed(layer_steps(spec), profile, "bf16", "fa2")
+        return sum(s.duration_s for s in steps), [k for s in steps if isinstance(s.step, ComputeStep)
+                                                  for k in s.step.kernels]
+
+    base_sc = mixtral({"recompute_modules": ["core_attn"]})
+    profile = compute_profile(base_sc.cluster.gpu_spec, None)
+    base, _ = bwd_s(base_sc)
+    act, kernels = bwd_s(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))
+    again = next(k for k in kernels if k.name == "experts.act")
+    assert act - base == pytest.approx(kernel_time_s(profile, again, "bf16", "fa2"), rel=1e-12)
+    assert act > base
+
+
+def test_search_layouts_keep_the_modules_for_selective_only() -> None:
+    """A search over a base with recompute_modules tries the other policies without them (they are
+    read only under selective) and keeps them with selective."""
+    from simulator.search.space import Layout, layout_scenario, scenario_json
+
+    base = scenario_json(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))
+    layout = Layout(nodes=2, tp=1, pp=1, cp=1, dp=16, micro_batch=1, schedule="1f1b", virtual_stages=1,
+                    sharding="zero1", shard_group_size=None, ep=8)
+    assert layout_scenario(base, layout, "full").training.recompute_modules is None
+    assert layout_scenario(base, layout, "selective").training.recompute_modules == ["core_attn", "moe_act"]
