@@ -1,5 +1,5 @@
 """MoE dispatch memory (issue 15 item 5): the transient tensors of an MoE layer's token dispatch
-and combine, and DeepEP's buffers.
+and combine in the memory timeline, and DeepEP's buffers.
 
 Sources: Megatron-Core token_dispatcher.py / moe_utils.py / fused_a2a.py at d98e8a6; DeepEP
 deep_ep/buffer.py and csrc/config.hpp at 0aaa674 (:mod:`simulator.costs.dispatch_buffers`).
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+import simulator
 from simulator.costs.dispatch_buffers import (
     deepep_buffer_bytes,
     deepep_nvl_hint,
@@ -16,6 +17,11 @@ from simulator.costs.dispatch_buffers import (
     dispatch_transient_bytes,
     dispatch_transient_rows,
 )
+from simulator.scenario.spec import Scenario
+from simulator.units import GiB
+from simulator.workload import activations
+from simulator.workload.activations import ActivationSizes, moe_dispatch_bytes
+from tests.test_moe import MIXTRAL
 
 T, K, H = 4096, 2, 4096  # Mixtral 8x7B at micro-batch 1, sequence 4096, tp 1
 
@@ -69,3 +75,30 @@ def test_deepep_group_without_config_is_refused() -> None:
     256 ranks are refused."""
     with pytest.raises(ValueError):
         deepep_buffer_bytes(7168, 2, 256, 20)
+
+
+def _small(**over: object) -> Scenario:
+    """Mixtral's shapes, 2 layers and a vocabulary of 8,000 (its logits, 4 x 4096 x 8000 = 131 MB, below
+    a block's backward workspace), ep 8 on one p5.48xlarge, no pipeline, no recomputation."""
+    data: dict = {"model": dict(MIXTRAL, layers=2, vocab=8000), "cluster": {"node": "p5.48xlarge", "nodes": 1},
+                  "parallelism": {"ep": 8, "sharding": "zero1"},
+                  "training": {"micro_batch": 1, "global_batch": 16, "precision": "bf16"}}
+    for key, value in over.items():
+        section, field = key.split("__")
+        data[section][field] = value
+    return Scenario.model_validate(data)
+
+
+def test_peak_rises_by_exactly_the_transients_when_an_moe_block_owns_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both blocks are MoE blocks; the peak is at the last block's backward, whose workspace now
+    carries the dispatch transients (moe_dispatch_bytes: R + T k rows and the router's tensors,
+    134,643,712 B, f = 1 at skew 0). With them set to 0 the same run peaks exactly that much lower;
+    the runtime reserve (other) is the CUDA context alone with the alltoall dispatcher."""
+    sc = _small()
+    assert moe_dispatch_bytes(sc) == 134_643_712
+    with_buffers = simulator.simulate(sc)
+    monkeypatch.setattr(activations, "moe_dispatch_bytes", lambda scenario: 0.0)
+    assert ActivationSizes.of(sc).moe_dispatch == 0.0
+    without = simulator.simulate(sc)
+    assert with_buffers.peak_memory_bytes - without.peak_memory_bytes == pytest.approx(134_643_712, abs=1.0)
+    assert with_buffers.memory[0].other_bytes == 1.0 * GiB
