@@ -1,5 +1,6 @@
 """MoE dispatch memory (issue 15 item 5): the transient tensors of an MoE layer's token dispatch
-and combine in the memory timeline, and DeepEP's buffers.
+and combine in the memory timeline, and DeepEP's buffers in the runtime reserve outside the
+caching allocator.
 
 Sources: Megatron-Core token_dispatcher.py / moe_utils.py / fused_a2a.py at d98e8a6; DeepEP
 deep_ep/buffer.py and csrc/config.hpp at 0aaa674 (:mod:`simulator.costs.dispatch_buffers`).
@@ -17,9 +18,10 @@ from simulator.costs.dispatch_buffers import (
     dispatch_transient_bytes,
     dispatch_transient_rows,
 )
+from simulator.errors import InfeasibleError
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
-from simulator.workload import activations
+from simulator.workload import activations, builder
 from simulator.workload.activations import ActivationSizes, moe_dispatch_bytes
 from tests.test_moe import MIXTRAL
 
@@ -72,7 +74,16 @@ def test_deepep_within_one_node_has_no_rdma_buffer_and_fp8_tokens_size_as_bf16()
 
 def test_deepep_group_without_config_is_refused() -> None:
     """DeepEP's get_dispatch_config has configs for 2 .. 160 ranks only (deep_ep/buffer.py:242-256):
-    256 ranks are refused."""
+    ep 12 (24 experts over 3 DGX H800, its group across two nodes over InfiniBand) is refused naming
+    the field, and the pure function refuses 256 ranks."""
+    sc = Scenario.model_validate({
+        "model": dict(MIXTRAL, layers=2, experts=24), "cluster": {"node": "dgx-h800", "nodes": 3},
+        "parallelism": {"ep": 12, "sharding": "zero1", "moe": {"dispatcher": "deepep"}},
+        "training": {"micro_batch": 1, "global_batch": 24}})
+    with pytest.raises(InfeasibleError) as err:
+        simulator.simulate(sc)
+    assert err.value.field == "parallelism.ep"
+    assert "12 ranks" in str(err.value)
     with pytest.raises(ValueError):
         deepep_buffer_bytes(7168, 2, 256, 20)
 
@@ -102,3 +113,28 @@ def test_peak_rises_by_exactly_the_transients_when_an_moe_block_owns_it(monkeypa
     without = simulator.simulate(sc)
     assert with_buffers.peak_memory_bytes - without.peak_memory_bytes == pytest.approx(134_643_712, abs=1.0)
     assert with_buffers.memory[0].other_bytes == 1.0 * GiB
+
+
+def test_deepep_buffers_count_for_oom_not_for_the_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deepep over the 8 GPUs of one node (h 4096, bf16): NVL 10*8*5*4 = 1,600 + 10*8*256*(8192 +
+    8 + 1024 + 512 + 512) = 20,480 x 10,248 = 209,879,040 -> 209,880,640, aligned 209,880,704; no RDMA;
+    + 32 MiB workspace = 243,435,136 B in the runtime reserve beside the 1 GiB context. The peak
+    counts them; the allocator's peaks (allocated, reserved) are those of the same run without them."""
+    sc = _small(parallelism__moe={"dispatcher": "deepep"})
+    assert deepep_buffer_bytes(4096, 2, 8, 20).total == 243_435_136
+    r = simulator.simulate(sc)
+    assert r.memory[0].other_bytes == 1.0 * GiB + 243_435_136
+    monkeypatch.setattr(builder, "deepep_static_bytes", lambda scenario, layout, stage: 0.0)
+    base = simulator.simulate(sc)
+    assert r.peak_memory_bytes - base.peak_memory_bytes == pytest.approx(243_435_136, abs=1.0)
+    assert r.peak_allocated_bytes == base.peak_allocated_bytes
+    assert r.peak_reserved_bytes == base.peak_reserved_bytes
+
+
+def test_memory_estimate_counts_deepep_buffers() -> None:
+    """`dtsim fit`'s estimate adds the same buffers to its runtime reserve (other)."""
+    from simulator.workload.memory_estimate import estimate_stage_memory
+
+    plain = estimate_stage_memory(_small())[0]
+    deepep = estimate_stage_memory(_small(parallelism__moe={"dispatcher": "deepep"}))[0]
+    assert deepep.context_bytes - plain.context_bytes == 243_435_136
