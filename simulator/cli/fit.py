@@ -78,6 +78,6 @@ def print_fit(sc: Any) -> None:
     print_table(table)
     if len(stages) > len(shown):
         console.print(f"  {len(stages) - len(shown)} more stages not shown (the fullest is)", highlight=False)
-    console.print("  buffers: the sharding strategy's static buffers; other: the CUDA context; activations: "
+    console.print("  buffers: the sharding strategy's static buffers; other: the CUDA context and DeepEP's buffers; activations: "
                   "micro-batches in flight + one layer's backward workspace", style="dim", highlight=False,
                   soft_wrap=True)

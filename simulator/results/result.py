@@ -108,7 +108,8 @@ class Result(_Out):
     peak_memory_bytes: float = Field(
         description="largest per-GPU peak: the bytes dtsim allocates (as torch.cuda.max_memory_allocated counts "
         "them) plus the runtime reserve outside the caching allocator (category other: CUDA context, library "
-        "workspaces); the out-of-memory verdict compares it with the GPU's memory")
+        "workspaces, DeepEP's communication buffers with the deepep dispatcher); the out-of-memory verdict "
+        "compares it with the GPU's memory")
     peak_allocated_bytes: float = Field(
         0.0, description="peak_memory_bytes less the runtime reserve: what the caching allocator hands out at the "
         "peak (torch.cuda.max_memory_allocated)")

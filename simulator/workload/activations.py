@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simulator.costs.dispatch_buffers import dispatch_transient_bytes
 from simulator.costs.elementwise import EAGER_SAVED_FP32_BYTES
 from simulator.costs.flops import selective_recomputed_params
 from simulator.costs.fp8 import Fp8Casting, weight_cache_bytes
@@ -33,7 +34,7 @@ from simulator.workload.parallel import context
 from simulator.workload.steps import LayerSpec
 
 __all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards", "state_bytes_per_param",
-           "eager_saved_bytes", "recomputed_parts", "recomputed_matmul_params"]
+           "eager_saved_bytes", "recomputed_parts", "recomputed_matmul_params", "moe_dispatch_bytes"]
 
 # the shardings whose parameters are all-gathered from shards (FSDP, ZeRO-3, MiCS, and the
 # ZeRO-1/2 parameter all-gather after the optimizer step): an fp8 all-gather casts on the shard
@@ -129,7 +130,9 @@ class ActivationSizes:
     ``loss_workspace`` of the logits unit's backward; ``loss_transient``, what the logits
     unit's forward holds from its start to its end beyond what it keeps; ``forward_workspace``,
     the working set a block's forward holds while it runs when it keeps too little for it
-    (:func:`~simulator.costs.memory.forward_workspace_bytes`)."""
+    (:func:`~simulator.costs.memory.forward_workspace_bytes`); ``moe_dispatch``, the transient
+    tensors of an MoE block's token dispatch and combine, in its forward's working set and its
+    backward's workspace (:func:`moe_dispatch_bytes`)."""
 
     per_layer: float
     full_layer: float
@@ -141,6 +144,7 @@ class ActivationSizes:
     moe_layer: float = 0.0  # an MoE block's stored bytes (per_layer is a dense block's)
     forward_workspace: float = 0.0
     rebuilt: float = 0.0  # what a block's backward recomputes (full, selective-op), within backward_workspace
+    moe_dispatch: float = 0.0  # an MoE block's dispatch / combine transients, beside its working sets
 
     @classmethod
     def of(cls, scenario: Scenario) -> ActivationSizes:
@@ -182,7 +186,7 @@ class ActivationSizes:
         forward = forward_workspace_bytes(tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp,
                                           tp=shard.tp, act_bytes=shard.elem, recompute=train.recompute)
         return cls(stored, full, workspace, embedding, logits, loss, transient, moe_layer_bytes(scenario, layer),
-                   forward, rebuilt)
+                   forward, rebuilt, moe_dispatch_bytes(scenario))
 
     def stored(self, kind: str, moe: bool = False) -> float:
         """Bytes a unit of ``kind`` stores for its backward (``moe``: an MoE block)."""
@@ -194,14 +198,31 @@ class ActivationSizes:
         """Bytes a unit's forward holds beside what it keeps, freed at its end."""
         return self.loss_transient if kind == "logits" else 0.0
 
-    def forward_working_set(self, kind: str) -> float:
+    def forward_working_set(self, kind: str, moe: bool = False) -> float:
         """Bytes a unit's forward holds while it runs and frees at its end, what it keeps
-        allocated meanwhile (a block's ``forward_workspace``; 0 for the others)."""
-        return self.forward_workspace if kind == "block" else 0.0
+        allocated meanwhile (a block's ``forward_workspace``, with an MoE block's dispatch
+        transients; 0 for the others)."""
+        return self.forward_workspace + (self.moe_dispatch if moe else 0.0) if kind == "block" else 0.0
 
-    def workspace(self, kind: str) -> float:
-        """Transient bytes of a unit's backward beyond what it stored."""
-        return {"embedding": 0.0, "logits": self.loss_workspace, "block": self.backward_workspace}[kind]
+    def workspace(self, kind: str, moe: bool = False) -> float:
+        """Transient bytes of a unit's backward beyond what it stored (an MoE block's: with
+        its dispatch transients, whose gradients its backward holds alike)."""
+        extra = self.moe_dispatch if moe and kind == "block" else 0.0
+        return {"embedding": 0.0, "logits": self.loss_workspace, "block": self.backward_workspace}[kind] + extra
+
+
+def moe_dispatch_bytes(scenario: Scenario) -> float:
+    """The transient bytes of one MoE block's token dispatch and combine on one rank
+    (:func:`~simulator.costs.dispatch_buffers.dispatch_transient_bytes`: the largest set of
+    dispatch / combine tensors alive at once, over the rank's ``Tn`` routed tokens, and the
+    router's tensors); 0 without experts."""
+    m, par = scenario.model, scenario.parallelism
+    if not m.moe:
+        return 0.0
+    shard = shard_of(scenario)
+    return dispatch_transient_bytes(tokens=shard.norm_tokens, hidden=m.hidden, top_k=m.top_k, experts=m.experts,
+                                    ep=par.ep, etp=par.expert_tp, factor=imbalance_of(scenario).factor,
+                                    dispatcher=par.moe.dispatcher, act_bytes=shard.elem)
 
 
 def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int, bool], float]) -> float:

@@ -17,11 +17,12 @@ from typing import Any
 from simulator.catalog import NcclConstants, default_catalog
 from simulator.cluster.mesh import Mesh, mesh_for
 from simulator.costs.compute import ComputeProfile
+from simulator.costs.dispatch_buffers import DEEPEP_DISPATCH_CONFIGS, deepep_buffer_bytes
 from simulator.errors import InfeasibleError
 from simulator.ir import KernelInfo, Program
 from simulator.scenario.spec import Scenario
 from simulator.units import GiB
-from simulator.workload.activations import state_bytes_per_param
+from simulator.workload.activations import shard_of, state_bytes_per_param
 from simulator.workload.data_parallel import Strategy, expert_sharded_states, strategy_for
 from simulator.workload.emitter import Emitter
 from simulator.workload.fusion import CommCost, CommTime, layer_comm_private
@@ -32,7 +33,8 @@ from simulator.workload.pipeline.emit import PipelineEmitter
 from simulator.workload.steps import kernel_shape
 from simulator.workload.symmetry import Symmetry
 
-__all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES"]
+__all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES", "runtime_reserve_bytes",
+           "deepep_static_bytes"]
 
 # The runtime reserve (category "other"): memory a GPU loses outside the PyTorch caching
 # allocator: the CUDA context, library workspaces and NCCL's communicator buffers (NCCL
@@ -41,8 +43,34 @@ __all__ = ["Workload", "build_workload", "overlap_slowdown", "CUDA_CONTEXT_BYTES
 # out-of-memory verdict, not toward Result.peak_allocated_bytes or peak_reserved_bytes (what
 # torch's allocator statistics report; the reserved peak is the allocations replayed through
 # the caching allocator model, simulator/results/reserved.py, whose limit is the GPU's memory
-# less this reserve).
+# less this reserve). DeepEP's communication buffers join it where the dispatcher is deepep
+# (:func:`runtime_reserve_bytes`).
 CUDA_CONTEXT_BYTES = 1.0 * GiB
+
+
+def deepep_static_bytes(sc: Scenario, layout: ModelLayout, stage: int) -> float:
+    """DeepEP's buffers on a rank of pipeline ``stage`` (``parallelism.moe.dispatcher: deepep``):
+    one ``Buffer`` for the etp x ep group, allocated outside PyTorch's caching allocator at the
+    stage's first dispatch (:func:`~simulator.costs.dispatch_buffers.deepep_buffer_bytes`); 0
+    for another dispatcher or a stage without MoE blocks. A group size DeepEP has no config for
+    is refused (its ``get_dispatch_config`` asserts)."""
+    m, par = sc.model, sc.parallelism
+    if not m.moe or par.moe.dispatcher != "deepep":
+        return 0.0
+    blocks = [layer for c in layout.chunks_of_stage(stage) for layer in (*c.layers, *range(m.layers, m.layers + c.mtp))]
+    if not any(m.is_moe_layer(layer) for layer in blocks):
+        return 0.0
+    ranks = par.ep * par.expert_tp
+    if ranks > 1 and ranks not in DEEPEP_DISPATCH_CONFIGS:
+        raise InfeasibleError(f"DeepEP has no dispatch config for an etp x ep group of {ranks} ranks (it has "
+                              f"{', '.join(map(str, DEEPEP_DISPATCH_CONFIGS))})", field="parallelism.ep")
+    return float(deepep_buffer_bytes(m.hidden, shard_of(sc).elem, ranks, par.moe.deepep_sms).total)
+
+
+def runtime_reserve_bytes(sc: Scenario, layout: ModelLayout, stage: int) -> float:
+    """What a rank of ``stage`` holds outside the caching allocator (category ``other``): the
+    CUDA context and library buffers (``CUDA_CONTEXT_BYTES``) and DeepEP's buffers."""
+    return CUDA_CONTEXT_BYTES + deepep_static_bytes(sc, layout, stage)
 
 
 def _check_deepep(sc: Scenario, group: tuple[int, ...], gpus_per_node: int) -> None:
@@ -140,7 +168,8 @@ class Workload:
         per = state_bytes_per_param(self.scenario)
         states = expert_sharded_states(self.strategy, self.scenario, stage, params, per)
         return {"params": states.params, "grads": states.grads, "optimizer": states.optimizer,
-                "buffers": self.strategy.static_buffers(params), "other": CUDA_CONTEXT_BYTES}
+                "buffers": self.strategy.static_buffers(params), "other": runtime_reserve_bytes(self.scenario,
+                                                                                                self.layout, stage)}
 
     def build(self) -> Program:
         """Emit every simulated rank's iteration into one program."""

@@ -87,7 +87,7 @@ class LayerEmitter:
         stored = self.activations.stored(kind, moe)
         if phase == "fwd":  # a transient (the loss's logits and their copy) from the start, kept part at the end
             transient = self.activations.forward_transient(kind)
-            held = self.activations.forward_working_set(kind)  # a block's working set, beside what it keeps
+            held = self.activations.forward_working_set(kind, moe)  # a block's working set, beside what it keeps
             return [Job(kind, "fwd", layer, self.steps(kind, "fwd", moe), transient, stored - transient, held)]
         # a deferred weight-gradient pass frees what the block stored and what its backward rebuilt
         rebuilt = self.activations.rebuilt if kind == "block" else 0.0
@@ -96,7 +96,7 @@ class LayerEmitter:
         jobs = []
         if kind == "block" and self.sc.training.recompute == "full":
             jobs.append(Job(kind, "recompute", layer, self.steps(kind, "fwd", moe), 0.0, 0.0))
-        workspace = self.activations.workspace(kind)
+        workspace = self.activations.workspace(kind, moe)
         kept = stored + rebuilt if phase == "bwd_input" else 0.0
         jobs.append(Job(kind, "bwd", layer, self.steps(kind, phase, moe), workspace, -(workspace + stored - kept)))
         return jobs

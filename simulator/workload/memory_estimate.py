@@ -6,8 +6,9 @@ at the moment the first steady-state backward starts (where 1F1B-like schedules 
 
 * model states and static buffers as the data-parallel strategy allocates them
   (``Strategy.model_states`` / ``static_buffers`` of :mod:`simulator.workload.data_parallel`, on
-  the stage's parameters from :class:`~simulator.workload.layout.ModelLayout`) plus the CUDA
-  context (``CUDA_CONTEXT_BYTES``);
+  the stage's parameters from :class:`~simulator.workload.layout.ModelLayout`) plus the runtime
+  reserve outside the caching allocator (the CUDA context, ``CUDA_CONTEXT_BYTES``, and DeepEP's
+  buffers with the ``deepep`` dispatcher, :func:`~simulator.workload.builder.runtime_reserve_bytes`);
 * activations of the micro-batches in flight: the stored activations of one micro-batch
   through the stage (:func:`~simulator.costs.memory.layer_activation_bytes` per layer, the
   embedding output on the first stage, the logits on the last;
@@ -37,7 +38,7 @@ from typing import Any
 from simulator.cluster.mesh import mesh_for
 from simulator.scenario import Scenario
 from simulator.workload.activations import ActivationSizes, state_bytes_per_param
-from simulator.workload.builder import CUDA_CONTEXT_BYTES
+from simulator.workload.builder import runtime_reserve_bytes
 from simulator.workload.data_parallel import Strategy, Zero3, expert_sharded_states, strategy_for
 from simulator.workload.layout import Chunk, ModelLayout
 from simulator.workload.pipeline.schedules import pipeline_schedule
@@ -58,7 +59,7 @@ class MemoryEstimate:
     params_bytes: float = 0.0
     grads_bytes: float = 0.0
     optimizer_bytes: float = 0.0
-    context_bytes: float = 0.0  # the CUDA context, within buffers_bytes
+    context_bytes: float = 0.0  # the runtime reserve (CUDA context, DeepEP's buffers), within buffers_bytes
 
     @property
     def peak_bytes(self) -> float:
@@ -130,9 +131,10 @@ def estimate_stage_memory(scenario: Scenario) -> tuple[MemoryEstimate, ...]:
         block = workspace + _gathered_block_bytes(scenario, strategy, stage, last)
         # the first backward starts with the logits (the loss workspace, then freeing them), then a layer
         transient = max(sizes.loss_workspace, block - logits) if last.logits else block
-        out.append(MemoryEstimate(stage, states.total, strategy.static_buffers(params) + CUDA_CONTEXT_BYTES,
+        reserve = runtime_reserve_bytes(scenario, layout, stage)
+        out.append(MemoryEstimate(stage, states.total, strategy.static_buffers(params) + reserve,
                                   stored + transient, capacity, params_bytes=states.params, grads_bytes=states.grads,
-                                  optimizer_bytes=states.optimizer, context_bytes=CUDA_CONTEXT_BYTES))
+                                  optimizer_bytes=states.optimizer, context_bytes=reserve))
     return tuple(out)
 
 
