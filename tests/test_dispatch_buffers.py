@@ -23,7 +23,7 @@ from simulator.scenario.spec import Scenario
 from simulator.units import GiB
 from simulator.workload import activations, builder
 from simulator.workload.activations import ActivationSizes, moe_dispatch_bytes
-from tests.test_moe import MIXTRAL
+from tests.test_moe import MIXTRAL, mixtral
 
 T, K, H = 4096, 2, 4096  # Mixtral 8x7B at micro-batch 1, sequence 4096, tp 1
 
@@ -138,3 +138,18 @@ def test_memory_estimate_counts_deepep_buffers() -> None:
     plain = estimate_stage_memory(_small())[0]
     deepep = estimate_stage_memory(_small(parallelism__moe={"dispatcher": "deepep"}))[0]
     assert deepep.context_bytes - plain.context_bytes == 243_435_136
+
+
+def test_moe_block_workspace_is_as_wide_as_its_experts_rows() -> None:
+    """An MoE block's backward workspace takes its MLP as wide as a token's share of the experts'
+    rows, W = k x F_e = 2 x 14,336 = 28,672, not the dense F = 14,336 (Mixtral, tp 1, T = 4096,
+    bf16, full recomputation). The gradients of gate, up and product, T x 3 x (W - F) x 2 B =
+    352,321,536 B more; the rebuilt layer's MLP tensors (gate, up, product: 2e + e = 6 B per
+    element) 6 x 4096 x 14,336 = 352,321,536 B more, and its dispatched tokens kept for fc1's weight
+    gradient, T x k x h x 2 = 67,108,864 B: 771,751,936 B over the dense block's in all. The
+    dispatch transients come on top of the MoE block's workspace only."""
+    sizes = ActivationSizes.of(mixtral(training__recompute="full"))
+    assert sizes.moe_workspace - sizes.backward_workspace == 771_751_936
+    assert sizes.workspace("block", moe=True) == sizes.moe_workspace + sizes.moe_dispatch
+    assert sizes.workspace("block") == sizes.backward_workspace
+    assert sizes.rebuilt_bytes("block", moe=True) - sizes.rebuilt_bytes("block") == 352_321_536 + 67_108_864

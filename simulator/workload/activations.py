@@ -145,6 +145,9 @@ class ActivationSizes:
     forward_workspace: float = 0.0
     rebuilt: float = 0.0  # what a block's backward recomputes (full, selective-op), within backward_workspace
     moe_dispatch: float = 0.0  # an MoE block's dispatch / combine transients, beside its working sets
+    moe_workspace: float = 0.0  # an MoE block's backward_workspace (its MLP k x f x F_e + shared x F_e wide)
+    moe_forward_workspace: float = 0.0  # an MoE block's forward_workspace
+    moe_rebuilt: float = 0.0  # what an MoE block's backward recomputes
 
     @classmethod
     def of(cls, scenario: Scenario) -> ActivationSizes:
@@ -169,11 +172,25 @@ class ActivationSizes:
         stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
         # rebuilt while the block's backward runs: all of it (full), what the op policy did not keep (selective-op)
         rebuilt = {"full": full, "selective-op": max(0.0, full - stored)}.get(train.recompute, 0.0)
-        workspace = backward_workspace_bytes(
-            tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp, tp=shard.tp, act_bytes=shard.elem,
-            recomputed_layer_bytes=rebuilt)
-        workspace += context.backward_workspace_bytes(LayerSpec(
+        context_workspace = context.backward_workspace_bytes(LayerSpec(
             m, shard, "block", "bwd", cp_comm=par.cp_comm, cp_kv_heads=par.cp_kv_heads))
+
+        def workspaces(ffn: int, rebuilt_bytes: float) -> tuple[float, float]:
+            """A block's backward workspace and forward working set with an MLP ``ffn`` wide."""
+            backward = backward_workspace_bytes(tokens=shard.tokens, hidden=m.hidden, ffn_hidden=ffn, mlp=m.mlp,
+                                                tp=shard.tp, act_bytes=shard.elem,
+                                                recomputed_layer_bytes=rebuilt_bytes) + context_workspace
+            forward = forward_workspace_bytes(tokens=shard.tokens, hidden=m.hidden, ffn_hidden=ffn, mlp=m.mlp,
+                                              tp=shard.tp, act_bytes=shard.elem, recompute=train.recompute)
+            return backward, forward
+
+        workspace, forward = workspaces(m.ffn, rebuilt)
+        moe_stored = moe_layer_bytes(scenario, layer) + (eager if m.moe and train.recompute == "none" else 0.0)
+        moe_rebuilt = moe_workspace = moe_forward = 0.0
+        if m.moe:  # an MoE block's: its MLP as wide as a token's share of the experts' rows
+            moe_full = moe_layer_bytes(scenario, layer, "none") + eager
+            moe_rebuilt = {"full": moe_full, "selective-op": max(0.0, moe_full - moe_stored)}.get(train.recompute, 0.0)
+            moe_workspace, moe_forward = workspaces(moe_mlp_width(scenario), moe_rebuilt)
         embedding = embedding_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, tp=par.tp,
                                                cp=par.cp, sequence_parallel=shard.sequence_parallel,
                                                dropout=m.dropout, act_bytes=shard.elem)
@@ -183,10 +200,8 @@ class ActivationSizes:
         loss = loss_workspace_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp, cross_entropy=train.cross_entropy)
         transient = loss_forward_transient_bytes(tokens=shard.tokens, vocab=m.vocab, tp=par.tp,
                                                  cross_entropy=train.cross_entropy, logits_bytes=shard.elem)
-        forward = forward_workspace_bytes(tokens=shard.tokens, hidden=m.hidden, ffn_hidden=m.ffn, mlp=m.mlp,
-                                          tp=shard.tp, act_bytes=shard.elem, recompute=train.recompute)
-        return cls(stored, full, workspace, embedding, logits, loss, transient, moe_layer_bytes(scenario, layer),
-                   forward, rebuilt, moe_dispatch_bytes(scenario))
+        return cls(stored, full, workspace, embedding, logits, loss, transient, moe_stored, forward, rebuilt,
+                   moe_dispatch_bytes(scenario), moe_workspace, moe_forward, moe_rebuilt)
 
     def stored(self, kind: str, moe: bool = False) -> float:
         """Bytes a unit of ``kind`` stores for its backward (``moe``: an MoE block)."""
@@ -202,13 +217,22 @@ class ActivationSizes:
         """Bytes a unit's forward holds while it runs and frees at its end, what it keeps
         allocated meanwhile (a block's ``forward_workspace``, with an MoE block's dispatch
         transients; 0 for the others)."""
-        return self.forward_workspace + (self.moe_dispatch if moe else 0.0) if kind == "block" else 0.0
+        if kind != "block":
+            return 0.0
+        return self.moe_forward_workspace + self.moe_dispatch if moe else self.forward_workspace
 
     def workspace(self, kind: str, moe: bool = False) -> float:
         """Transient bytes of a unit's backward beyond what it stored (an MoE block's: with
         its dispatch transients, whose gradients its backward holds alike)."""
-        extra = self.moe_dispatch if moe and kind == "block" else 0.0
-        return {"embedding": 0.0, "logits": self.loss_workspace, "block": self.backward_workspace}[kind] + extra
+        if moe and kind == "block":
+            return self.moe_workspace + self.moe_dispatch
+        return {"embedding": 0.0, "logits": self.loss_workspace, "block": self.backward_workspace}[kind]
+
+    def rebuilt_bytes(self, kind: str, moe: bool = False) -> float:
+        """What a unit's backward recomputes and holds until its weight gradients are done."""
+        if kind != "block":
+            return 0.0
+        return self.moe_rebuilt if moe else self.rebuilt
 
 
 def moe_dispatch_bytes(scenario: Scenario) -> float:
@@ -225,7 +249,16 @@ def moe_dispatch_bytes(scenario: Scenario) -> float:
                                     dispatcher=par.moe.dispatcher, act_bytes=shard.elem)
 
 
-def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int, bool], float]) -> float:
+def moe_mlp_width(scenario: Scenario) -> int:
+    """The intermediate width one token's share of an MoE block's MLP has, ``k x f x F_e +
+    shared x F_e`` (f: the busiest EP rank's load factor): the width the dense block's formulas
+    take for an MoE block (its stored activations, its forward working set and backward
+    workspace)."""
+    m = scenario.model
+    return round(m.top_k * imbalance_of(scenario).factor * m.expert_ffn + m.shared_experts * m.expert_ffn)
+
+
+def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int, bool], float], recompute: str | None = None) -> float:
     """An MoE block's stored activations: the dense block's formula (which splits the MLP's
     intermediate width by tp) with the intermediate width one token's share of the experts'
     rows has, ``k x f x F_e + shared x F_e`` (f: the busiest EP rank's load factor,
@@ -245,15 +278,17 @@ def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int, bool], float]
     m, train = scenario.model, scenario.training
     if not m.moe:
         return 0.0
-    f = imbalance_of(scenario).factor
-    width = m.top_k * f * m.expert_ffn + m.shared_experts * m.expert_ffn
-    stored = layer(train.recompute, round(width), True)
-    if train.recompute == "full":
+    policy = train.recompute if recompute is None else recompute
+    stored = layer(policy, moe_mlp_width(scenario), True)
+    if policy == "full":
         return stored
     shard = shard_of(scenario)
     etp, tp = scenario.parallelism.expert_tp, scenario.parallelism.tp
     modules = recompute_modules_of(train)
     g = 1.0 if shard.fp8 is not None and shard.fp8.saves_fp8_inputs else float(shard.elem)
+    if policy != "selective":
+        modules = frozenset()
+    f = imbalance_of(scenario).factor
     if "moe_act" in modules:
         stored -= g * shard.tokens * m.top_k * f * m.expert_ffn / tp
     if "shared_experts" in modules:

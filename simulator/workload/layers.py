@@ -90,7 +90,7 @@ class LayerEmitter:
             held = self.activations.forward_working_set(kind, moe)  # a block's working set, beside what it keeps
             return [Job(kind, "fwd", layer, self.steps(kind, "fwd", moe), transient, stored - transient, held)]
         # a deferred weight-gradient pass frees what the block stored and what its backward rebuilt
-        rebuilt = self.activations.rebuilt if kind == "block" else 0.0
+        rebuilt = self.activations.rebuilt_bytes(kind, moe)
         if phase == "bwd_weight":
             return [Job(kind, "wgrad", layer, self.steps(kind, phase, moe), 0.0, -(stored + rebuilt))]
         jobs = []
