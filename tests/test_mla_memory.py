@@ -5,7 +5,12 @@ r_kv 512, rope 64, nope 128, v 128 (query/key heads 192 wide), bf16 (e = 2), fus
 
 from __future__ import annotations
 
+import pytest
+
 from simulator.costs.mla_memory import MlaWidths, mla_attention_activation_bytes
+from simulator.scenario.spec import Scenario
+from simulator.workload.activations import ActivationSizes
+from tests.test_moe import DEEPSEEK_V3
 
 V3 = MlaWidths(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
 T = 4096  # tokens of one micro-batch (b 1, s 4096, cp 1)
@@ -84,3 +89,21 @@ def test_unfused_attention_keeps_the_softmax_per_local_head() -> None:
     """Without a fused kernel and without dropout the softmax output, 2 bytes x 64 local heads
     (tp 2) x 4096 keys = 524,288 a token, replaces the log-sum-exp (4 x 64 = 256)."""
     assert v3(tp=2, flash_attention=False) - v3(tp=2) == 2 * 64 * T - 4 * 64 == 524_032
+
+
+def deepseek(training: dict, tp: int = 1) -> Scenario:
+    return Scenario.model_validate({"model": DEEPSEEK_V3, "cluster": {"node": "dgx-h800", "nodes": 32},
+                                    "parallelism": {"tp": tp, "pp": 16, "ep": 16 // tp, "sharding": "zero1",
+                                                    "sequence_parallel": tp > 1,
+                                                    "stage_layers": [3] + [4] * 14 + [2]},
+                                    "training": {"global_batch": 256, **training}})
+
+
+@pytest.mark.parametrize(("tp", "modules", "attention"), [(1, [], 187_008), (1, ["mla_up_proj"], 51_840),
+                                                           (2, [], 93_504), (2, ["mla_up_proj"], 26_048)])
+def test_the_dense_block_adds_its_own_tensors_around_mlas(tp: int, modules: list[str], attention: int) -> None:
+    """A DeepSeek-V3 dense block (selective, no module but those listed): the block input, the
+    second norm's input and output (3 x 2 x 7168 = 43,008) and the SwiGLU MLP's gate, up and
+    product ((2 + 2 + 2) x 18432 = 110,592), all / tp (sequence parallelism), beside MLA's bytes."""
+    sizes = ActivationSizes.of(deepseek({"recompute": "selective", "recompute_modules": modules}, tp))
+    assert sizes.per_layer == (43_008 + 110_592) / tp * T + attention * T
