@@ -44,8 +44,10 @@ Recomputation (Megatron-Core ``recompute_modules``):
 
 * ``mla_up_proj`` (:171-175, :983-988, :455-458): the up-projections, the rotary embedding and
   the concatenations run in a ``CheckpointWithoutOutput`` that runs them without autograd and
-  saves only its inputs (tensor_parallel/random.py:616-628); once the attention has run its
-  outputs' storage is released (``discard_output_and_register_recompute``). Kept: the query
+  saves only its inputs (``CheckpointWithoutOutputFunction.forward``, tensor_parallel/random.py
+  :760-786: ``torch.no_grad()`` at :777, the arguments saved at :781); once the attention has run,
+  its outputs' storage is released (``discard_output_and_register_recompute``, ``_discard_outputs``
+  :985-996). Kept: the query
   latent ``e*r_q`` and kv_down's output ``e*(r_kv + rope)`` (the inputs), and, under sequence
   parallelism with tp > 1, the key's rotary part all-gathered to all T tokens (:761-763), a
   fourth input ``e*rope`` per token of T, replicated. Dropped: both ``ln_out`` and query, key
