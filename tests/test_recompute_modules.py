@@ -83,14 +83,15 @@ def test_core_attn_off_keeps_the_log_sum_exp() -> None:
 def test_shared_experts_and_mla_up_proj_on_deepseek_v3() -> None:
     """DeepSeek-V3 (h 7168, 128 heads, F_e 2048, one shared expert), 4096 tokens, tp 1.
     shared_experts: gate+up, product of the shared expert, (2e + e) x F_e x T = 6 x 2048 x 4096 =
-    50,331,648 bytes per MoE layer. mla_up_proj: the attention's Q, K, V as the block formula
-    counts them (heads x h/a = 7168 wide each, kv heads = heads): 2 x 3 x 7168 x 4096 = 176,160,768
-    bytes in every layer."""
+    50,331,648 bytes per MoE layer. mla_up_proj: the up-projections' norm outputs, 2 x (1536 + 512)
+    = 4,096, and the attention's query, key (128 x 192) and value (128 x 128), 2 x 128 x 512 =
+    131,072 a token (:mod:`simulator.costs.mla_memory`): 135,168 x 4096 = 553,648,128 bytes in
+    every layer."""
     base = ActivationSizes.of(deepseek({"recompute_modules": ["core_attn"]}))
     shared = ActivationSizes.of(deepseek({"recompute_modules": ["core_attn", "shared_experts"]}))
     up = ActivationSizes.of(deepseek({"recompute_modules": ["core_attn", "mla_up_proj"]}))
     assert base.moe_layer - shared.moe_layer == 6 * 2048 * T == 50_331_648
-    assert base.per_layer - up.per_layer == base.moe_layer - up.moe_layer == 2 * 3 * 7168 * T == 176_160_768
+    assert base.per_layer - up.per_layer == base.moe_layer - up.moe_layer == (4096 + 131_072) * T == 553_648_128
 
 
 def _bwd_kernels(sc: Scenario) -> list:

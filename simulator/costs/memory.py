@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.costs.dtypes import bytes_per_element
+from simulator.costs.mla_memory import MlaWidths, mla_attention_activation_bytes
 
 __all__ = [
     "bytes_per_element",
@@ -139,6 +140,8 @@ def layer_activation_bytes(
     compiled: bool = False,
     head_dim: int | None = None,
     recomputed: frozenset[str] | None = None,
+    mla: MlaWidths | None = None,
+    mla_proj_fp8_copy: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
     ``head_dim`` (default h/a): with heads wider or narrower than h/a, Q and the attention
@@ -170,8 +173,13 @@ def layer_activation_bytes(
       NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553), ``mlp`` the MLP's
       intermediates and the second norm output (the MLP, its norm fused into fc1, runs in a
       checkpoint that keeps only its input, transformer_layer.py:992-1012), ``qkv`` the
-      attention core's inputs Q, K and V (MLA's up-projection outputs,
-      multi_latent_attention.py:983-990 and :455-458).
+      attention core's inputs Q, K and V (``mla_up_proj``).
+
+    ``mla`` (multi-head latent attention): the attention's tensors, from the first norm's output
+    to the output projection's input, are MLA's own (:func:`simulator.costs.mla_memory.
+    mla_attention_activation_bytes`; ``mla_proj_fp8_copy``: its output projection keeps an fp8
+    copy of its input, the delayed-scaling recipe); the block input, the masks, the second norm
+    and the MLP are the dense block's.
 
     FlashAttention never stores the ``a*s*s`` score/softmax/dropout tensors (Dao et al.
     2022) but keeps the fp32 log-sum-exp, ``4*b*a*s/t`` bytes. Context parallelism keeps
@@ -201,23 +209,31 @@ def layer_activation_bytes(
     if recomputed is None:
         recomputed = frozenset({"core_attn"}) if recompute == "selective" else frozenset()
     g = 1.0 if fp8_inputs else e  # bytes of a kept linear input (norm outputs, fc2's input)
-    norm_outputs = 2.0 - ("input_norm" in recomputed) - ("pre_mlp_norm" in recomputed or "mlp" in recomputed)
+    # the first norm's output belongs to the attention, which MLA counts on its own
+    norm_outputs = (0.0 if mla is not None else 1.0 - ("input_norm" in recomputed)) \
+        + 1.0 - ("pre_mlp_norm" in recomputed or "mlp" in recomputed)
     # replicated across tp unless sequence parallel: LN inputs and outputs, dropout masks
     replicated = (e + mask + e + mask + g * norm_outputs) * sbh
     # split across tp: Q, K, V, attention output (and proj's fp8 input), MLP intermediates
     qkv = 0.0 if "qkv" in recomputed else e * sbq + 2 * e * s * batch * kv_width
-    split = qkv + e * sbq + (sbq if fp8_inputs else 0.0)
+    split = 0.0 if mla is not None else qkv + e * sbq + (sbq if fp8_inputs else 0.0)
     if "mlp" not in recomputed:
         split += ((2 * e + g) if mlp == "swiglu" else (e + g)) * s * batch * ffn_hidden
     core = 0.0
-    if "core_attn" not in recomputed:
+    attention = 0.0  # MLA's attention, already per rank
+    if mla is not None:
+        attention = mla_attention_activation_bytes(
+            mla, tokens=s * batch, seq=seq, batch=batch, hidden=hidden, heads=heads, tp=tp,
+            sequence_parallel=sequence_parallel, flash_attention=flash_attention, dropout=dropout, act_bytes=act_bytes,
+            fp8_inputs=fp8_inputs, fp8_proj_copy=mla_proj_fp8_copy, recomputed=recomputed)
+    elif "core_attn" not in recomputed:
         if flash_attention:
             core = 4.0 * batch * heads * s
         else:
             core = (e + mask + (e if dropout else 0.0)) * heads * s * seq * batch
     # DTensor SP: each column-parallel linear keeps its all-gathered input (the two norm outputs), not a shard
     gathered = norm_outputs * g * sbh * (1.0 - 1.0 / tp) if sp_keeps_gathered and sequence_parallel else 0.0
-    return replicated / shard_rep + gathered + (split + core) / tp
+    return replicated / shard_rep + gathered + (split + core) / tp + attention
 
 
 def _op_policy_bytes(s: float, batch: int, hidden: int, heads: int, kv_width: int, ffn_hidden: int, mlp: str,

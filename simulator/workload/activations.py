@@ -25,6 +25,7 @@ from simulator.costs.memory import (
     loss_workspace_bytes,
     model_state_bytes_per_param,
 )
+from simulator.costs.mla_memory import MlaWidths
 from simulator.scenario.spec import Scenario
 from simulator.scenario.training import recompute_modules_of
 from simulator.workload.data_parallel.base import grad_reduce_bytes
@@ -34,7 +35,7 @@ from simulator.workload.parallel import context
 from simulator.workload.steps import LayerSpec
 
 __all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards", "state_bytes_per_param",
-           "eager_saved_bytes", "recomputed_parts", "recomputed_matmul_params", "moe_dispatch_bytes"]
+           "eager_saved_bytes", "recomputed_parts", "recomputed_matmul_params", "moe_dispatch_bytes", "mla_widths"]
 
 # the shardings whose parameters are all-gathered from shards (FSDP, ZeRO-3, MiCS, and the
 # ZeRO-1/2 parameter all-gather after the optimizer step): an fp8 all-gather casts on the shard
@@ -100,7 +101,8 @@ def recomputed_parts(modules: frozenset[str], *, moe_block: bool, mla: bool) -> 
     (``backend.layer_norm() if num_experts``) and MLA's input norm; MHA's input norm and a dense
     layer's pre-MLP norm are fused into ``TELayerNormColumnParallelLinear`` and stay; mlp -> a
     dense layer's MLP (``if not self.is_moe_layer``, transformer_layer.py:537-539); mla_up_proj ->
-    the attention's Q, K, V. moe_act and shared_experts act on the MoE MLP (:func:`moe_layer_bytes`)."""
+    the attention's Q, K, V and the up-projections' norm outputs, the latents kept
+    (:func:`~simulator.costs.mla_memory.mla_attention_activation_bytes`). moe_act and shared_experts act on the MoE MLP (:func:`moe_layer_bytes`)."""
     parts = {"core_attn"} & modules
     if "layernorm" in modules:
         parts |= ({"pre_mlp_norm"} if moe_block else set()) | ({"input_norm"} if mla else set())
@@ -109,6 +111,14 @@ def recomputed_parts(modules: frozenset[str], *, moe_block: bool, mla: bool) -> 
     if "mla_up_proj" in modules and mla:
         parts.add("qkv")
     return frozenset(parts)
+
+
+def mla_widths(scenario: Scenario) -> MlaWidths | None:
+    """The model's multi-head latent attention widths (None: standard attention)."""
+    mla = scenario.model.mla
+    if mla is None:
+        return None
+    return MlaWidths(mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim)
 
 
 def recomputed_matmul_params(scenario: Scenario) -> float:
@@ -165,7 +175,8 @@ class ActivationSizes:
                 recompute=recompute, flash_attention=shard.flash, dropout=m.dropout,
                 act_bytes=shard.elem, fp8_inputs=shard.fp8 is not None and shard.fp8.saves_fp8_inputs,
                 sp_keeps_gathered=par.sp_keeps_gathered_input, compiled=train.compile is True, head_dim=m.head_dim,
-                recomputed=parts)
+                recomputed=parts, mla=mla_widths(scenario),
+                mla_proj_fp8_copy=shard.fp8 is not None and shard.fp8.recipe == "delayed")
 
         eager = eager_saved_bytes(scenario)
         full = layer("none") + eager

@@ -25,7 +25,7 @@ left out of the kernels (T x r elements each, small beside the GEMMs) and counte
 parameters. Under sequence parallelism the replicated down-projections' and norms' gradients
 are all-reduced over tp once a step (finalize_model_grads.py:416-470; emitted with the
 tied-embedding sync, :meth:`simulator.workload.data_parallel.base.Strategy.end_of_backward`).
-Activation memory keeps the MHA formula.
+The bytes the attention keeps for its backward are :mod:`simulator.costs.mla_memory`'s.
 
 fp8: the five projections are linears like the MHA block's and run in fp8 with their casts
 (:func:`simulator.workload.model._linear`); the attention core stays bf16. Megatron-Core's TE
