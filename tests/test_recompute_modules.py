@@ -11,7 +11,7 @@ from simulator.scenario.spec import Scenario
 from simulator.workload.activations import ActivationSizes, recomputed_matmul_params, shard_of
 from simulator.workload.moe import moe_shape
 from simulator.workload.parallel import layer_steps
-from simulator.workload.steps import ComputeStep, LayerSpec
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec
 from tests.test_moe import DEEPSEEK_V3, MIXTRAL
 
 T = 4096  # one 4096-token sequence per micro-batch, tp 1: every rank keeps all of them
@@ -141,7 +141,6 @@ def test_recompute_flops_count_the_modules_matmuls() -> None:
 @pytest.mark.parametrize(("make", "training", "words"), [
     (mixtral, {"recompute": "full", "recompute_modules": ["moe_act"]}, "only with recompute: selective"),
     (mixtral, {"recompute_modules": ["moe_act", "moe_act"]}, "moe_act more than once"),
-    (mixtral, {"recompute_modules": ["moe"]}, "moe (the whole MoE layer"),
     (mixtral, {"recompute_modules": ["mla_up_proj"]}, "needs multi-head latent attention"),
     (mixtral, {"recompute_modules": ["shared_experts"]}, "needs an MoE model with shared experts"),
     (dense, {"recompute_modules": ["moe_act"]}, "moe_act needs an MoE model"),
@@ -190,3 +189,51 @@ def test_search_layouts_keep_the_modules_for_selective_only() -> None:
                     sharding="zero1", shard_group_size=None, ep=8)
     assert layout_scenario(base, layout, "full").training.recompute_modules is None
     assert layout_scenario(base, layout, "selective").training.recompute_modules == ["core_attn", "moe_act"]
+
+
+def test_moe_keeps_only_the_checkpoints_input() -> None:
+    """moe: the MoE layer's MLP runs in a checkpoint that keeps only its input (the pre-MLP norm
+    output, kept anyway): Mixtral (h 4096, F_e 14336, top-2, balanced, tp 1, 4096 tokens) drops the
+    routed rows' gate+up and product, (2e + e) x T x k x F_e = 6 x 4096 x 2 x 14336 = 704,643,072,
+    and the dispatched tokens fc1 keeps, T x k x h x e = 4096 x 2 x 4096 x 2 = 67,108,864:
+    771,751,936 bytes per MoE layer; nothing in a dense block."""
+    base = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn"]}))
+    moe = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "moe"]}))
+    assert base.moe_layer - moe.moe_layer == 6 * T * 2 * 14336 + T * 2 * 4096 * 2 == 771_751_936
+    assert moe.per_layer == base.per_layer
+    both = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "moe", "moe_act"]}))
+    assert both.moe_layer == moe.moe_layer  # moe_act has nothing left to drop
+
+
+def _bwd_steps(sc: Scenario) -> list:
+    spec = LayerSpec(sc.model, shard_of(sc), "block", "bwd", recompute="selective",
+                     recompute_modules=frozenset(sc.training.recompute_modules or ["core_attn"]),
+                     moe=moe_shape(sc) if sc.model.moe else None)
+    return layer_steps(spec)
+
+
+def test_moe_reruns_the_layers_forward_with_its_all_to_alls() -> None:
+    """moe re-runs the MoE layer's forward (router, permute, experts, unpermute) before its backward,
+    its dispatch and combine included: Mixtral on ep 8 then runs 4 all-to-alls in a block's backward
+    instead of 2, each T x k x h x e = 4096 x 2 x 4096 x 2 = 67,108,864 bytes, the re-run ones
+    before the first backward kernel of the MLP (unpermute.bwd); with layernorm the pre-MLP norm's
+    re-run, which rebuilds the checkpoint's input, comes first."""
+    base = _bwd_steps(mixtral({"recompute_modules": ["core_attn"]}))
+    moe = _bwd_steps(mixtral({"recompute_modules": ["core_attn", "moe", "layernorm"]}))
+    a2a = [s for s in moe if isinstance(s, CommStep)]
+    assert len([s for s in base if isinstance(s, CommStep)]) == 2
+    assert [(s.name, s.op, s.nbytes) for s in a2a] == [
+        ("recompute.dispatch", "all_to_all", 67_108_864), ("recompute.combine", "all_to_all", 67_108_864),
+        ("combine.bwd", "all_to_all", 67_108_864), ("dispatch.bwd", "all_to_all", 67_108_864)]
+    kernels = [k.name for s in moe if isinstance(s, ComputeStep) for k in s.kernels]
+    again = kernels[kernels.index("ln2"):kernels.index("unpermute.bwd")]
+    assert again == ["ln2", "router", "permute", "experts.fc1", "experts.act", "experts.fc2", "unpermute"]
+    assert [s.name for s in moe].index("recompute.combine") < [s.name for s in moe].index("combine.bwd")
+
+
+def test_moe_recompute_flops_count_the_layers_matmuls() -> None:
+    """Recompute FLOPs' matmul weights with moe on Mixtral (32 MoE layers, 8 experts, top-2, h 4096,
+    F_e 14336, SwiGLU): 32 x (4096 x 8 + 3 x 4096 x 2 x 14336) = 32 x (32,768 + 352,321,536) =
+    11,275,337,728."""
+    assert recomputed_matmul_params(mixtral({"recompute_modules": ["moe"]})) == \
+        32 * (4096 * 8 + 3 * 4096 * 2 * 14336) == 11_275_337_728

@@ -124,13 +124,16 @@ def mla_widths(scenario: Scenario) -> MlaWidths | None:
 def recomputed_matmul_params(scenario: Scenario) -> float:
     """Matmul weights over all layers that the selective ``recompute_modules`` re-run
     (:func:`~simulator.costs.flops.selective_recomputed_params`): a dense MLP ``(3 or 2) x h x F``
-    (SwiGLU or GELU), the shared experts ``(3 or 2) x h x shared x F_e``, MLA's up-projections."""
+    (SwiGLU or GELU), the shared experts ``(3 or 2) x h x shared x F_e``, MLA's up-projections,
+    an MoE layer's MLP ``h x E + (3 or 2) x h x (k + shared) x F_e`` (router, routed, shared)."""
     m, mla = scenario.model, scenario.model.mla
     per_mlp = (3 if m.mlp == "swiglu" else 2) * m.hidden
     up = 0 if mla is None else sum(mla.projection_params(m.hidden, m.heads)) - mla.replicated_params(m.hidden)
     return selective_recomputed_params(recompute_modules_of(scenario.training), dense_mlp=per_mlp * m.ffn,
                                        dense_layers=m.layers - m.n_moe_layers, shared=per_mlp * m.shared_experts
-                                       * m.expert_ffn, moe_layers=m.n_moe_layers, mla_up=up, layers=m.layers)
+                                       * m.expert_ffn, moe_layers=m.n_moe_layers, mla_up=up, layers=m.layers,
+                                       moe_mlp=m.hidden * m.experts + per_mlp * (m.top_k + m.shared_experts)
+                                       * m.expert_ffn)
 
 
 @dataclass(frozen=True)
@@ -285,20 +288,23 @@ def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int, bool], float]
     around the activation, its output discarded once fc2 ran); shared_experts keeps none of the
     shared experts' intermediates, ``(2e + g) x T x shared x F_e / tp`` with SwiGLU (``e + g``
     GELU): they run in a checkpoint whose input, the pre-MLP norm output, is kept anyway
-    (moe_layer.py:517-533)."""
+    (moe_layer.py:517-533); moe keeps nothing of the MLP but that input: the router, dispatch,
+    experts and combine run in ``tensor_parallel.checkpoint`` (moe_layer.py:658-713), which runs
+    them without autograd and saves only its arguments (``CheckpointFunction.forward``,
+    tensor_parallel/random.py:616-628), the block's formula with a zero-wide MLP."""
     m, train = scenario.model, scenario.training
     if not m.moe:
         return 0.0
     policy = train.recompute if recompute is None else recompute
+    modules = recompute_modules_of(train) if policy == "selective" else frozenset()
+    if "moe" in modules:
+        return layer(policy, 0, True)
     stored = layer(policy, moe_mlp_width(scenario), True)
     if policy == "full":
         return stored
     shard = shard_of(scenario)
     etp, tp = scenario.parallelism.expert_tp, scenario.parallelism.tp
-    modules = recompute_modules_of(train)
     g = 1.0 if shard.fp8 is not None and shard.fp8.saves_fp8_inputs else float(shard.elem)
-    if policy != "selective":
-        modules = frozenset()
     f = imbalance_of(scenario).factor
     if "moe_act" in modules:
         stored -= g * shard.tokens * m.top_k * f * m.expert_ffn / tp
