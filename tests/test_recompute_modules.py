@@ -237,3 +237,41 @@ def test_moe_recompute_flops_count_the_layers_matmuls() -> None:
     11,275,337,728."""
     assert recomputed_matmul_params(mixtral({"recompute_modules": ["moe"]})) == \
         32 * (4096 * 8 + 3 * 4096 * 2 * 14336) == 11_275_337_728
+
+
+def _tp2(model: dict, parallelism: dict, modules: list[str]) -> list:
+    sc = Scenario.model_validate({"model": model, "cluster": {"node": "p5.48xlarge", "nodes": 2},
+                                  "parallelism": {"tp": 2, **parallelism},
+                                  "training": {"global_batch": 32, "recompute": "selective",
+                                               "recompute_modules": modules}})
+    return [(s.name, s.op, s.nbytes) for s in _bwd_steps(sc) if isinstance(s, CommStep)]
+
+
+@pytest.mark.parametrize(("sp", "again"), [
+    (True, [("recompute.tp.ag.mlp", "all_gather"), ("recompute.tp.rs.mlp", "reduce_scatter")]),
+    (False, [("recompute.tp.ar.mlp", "all_reduce")])])
+def test_mlp_reruns_its_tensor_parallel_collectives(sp: bool, again: list) -> None:
+    """mlp's checkpoint re-runs the whole MLP, its TP collectives included: at tp 2 a dense block's
+    backward gains the forward's all-gather and reduce-scatter under sequence parallelism (its
+    all-reduce without), each of the gathered T x h x e = 4096 x 4096 x 2 = 33,554,432 bytes,
+    before the MLP's own backward collectives."""
+    model = {k: v for k, v in MIXTRAL.items() if k not in ("experts", "experts_per_token")}
+    base = _tp2(model, {"sequence_parallel": sp}, ["core_attn"])
+    mlp = _tp2(model, {"sequence_parallel": sp}, ["core_attn", "mlp"])
+    assert [c for c in mlp if c[0].startswith("recompute.")] == [(n, op, 33_554_432) for n, op in again]
+    assert [c for c in mlp if not c[0].startswith("recompute.")] == base
+    assert mlp[:len(again)] == [(n, op, 33_554_432) for n, op in again]
+
+
+def test_shared_experts_rerun_their_tensor_parallel_collectives() -> None:
+    """shared_experts at tp 2 (sequence parallel, as MoE needs): the shared experts' re-run forward
+    gathers its input and reduce-scatters its output again, 4096 x 4096 x 2 = 33,554,432 bytes each,
+    right before their backward's gradient all-gather."""
+    model = {**MIXTRAL, "shared_experts": 1}
+    par = {"ep": 4, "sequence_parallel": True, "sharding": "zero1"}
+    base = _tp2(model, par, ["core_attn"])
+    shared = _tp2(model, par, ["core_attn", "shared_experts"])
+    i = [c[0] for c in shared].index("tp.ag.shared.grad")
+    assert shared[i - 2:i] == [("recompute.tp.ag.shared", "all_gather", 33_554_432),
+                               ("recompute.tp.rs.shared", "reduce_scatter", 33_554_432)]
+    assert shared[:i - 2] + shared[i:] == base

@@ -22,7 +22,12 @@ top-k, f the imbalance factor, h the hidden size and e the activation bytes:
   (:func:`simulator.workload.moe.deepep_slowdown`);
 * shared experts under tp > 1: all-gather of the input and reduce-scatter of the output over
   ``tp`` (``b*s/cp x h x e`` gathered), as the dense MLP; in the backward the dense MLP's
-  gradient all-gather, input re-gather and input-gradient reduce-scatter.
+  gradient all-gather, input re-gather and input-gradient reduce-scatter;
+* selective ``recompute_modules`` (``tensor_parallel.checkpoint`` re-runs a function whole,
+  collectives included, tensor_parallel/random.py:635-672 at d98e8a6): shared_experts re-runs
+  the shared experts' all-gather and reduce-scatter around their re-run forward when tp > 1
+  (moe_layer.py:517-533); moe re-runs the whole forward above, its exchange included, before
+  the layer's backward (moe_layer.py:658-713).
 """
 
 from __future__ import annotations
@@ -76,13 +81,14 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
     return out
 
 
-def _recomputed(spec: LayerSpec) -> tuple[Kernel, ...]:
-    """The MoE layer's forward kernels its backward re-runs under the selective ``moe`` module
-    (:func:`~simulator.workload.steps.recomputed_kernels`; empty otherwise)."""
-    if spec.recompute != "selective" or "moe" not in spec.recompute_modules:
+def _recomputed(spec: LayerSpec, group: str = "moe") -> tuple[Kernel, ...]:
+    """The forward kernels the block's backward re-runs for the selective ``recompute_modules``
+    group ``group`` (moe: the MoE layer's MLP; shared_experts;
+    :func:`~simulator.workload.steps.recomputed_kernels`; empty otherwise)."""
+    if spec.recompute != "selective" or group not in spec.recompute_modules:
         return ()
     fwd = block_kernels(spec)
-    return recomputed_kernels(fwd, backward_of(fwd), spec.recompute_modules, spec.model.mla is not None).get("moe", ())
+    return recomputed_kernels(fwd, backward_of(fwd), spec.recompute_modules, spec.model.mla is not None).get(group, ())
 
 
 def _rerun_moe(spec: LayerSpec, name: str, before: list[Kernel]) -> tuple[list[Step], list[Kernel]]:
@@ -184,6 +190,11 @@ def _backward(spec: LayerSpec, shared: tuple[Kernel, ...], experts: tuple[Kernel
     if shard.tp == 1:
         return [*out, ComputeStep("shared_experts.bwd", shared)]
     d = shard.tokens * spec.model.hidden * shard.elem
+    again = _recomputed(spec, "shared_experts")
+    if again:  # their checkpoint re-runs their forward, its input's all-gather and output's reduce-scatter too
+        shared = tuple(k for k in shared if k not in again)
+        out += [CommStep("recompute.tp.ag.shared", "all_gather", d), ComputeStep("recompute.shared_experts", again),
+                CommStep("recompute.tp.rs.shared", "reduce_scatter", d)]
     fc1 = tuple(k for k in shared if forward_name(k) == "shared.fc1")
     dgrad = tuple(k for k in fc1 if (k.of or k.name).endswith(".dgrad"))
     wgrad = tuple(k for k in fc1 if k not in dgrad)
