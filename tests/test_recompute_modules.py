@@ -275,3 +275,35 @@ def test_shared_experts_rerun_their_tensor_parallel_collectives() -> None:
     assert shared[i - 2:i] == [("recompute.tp.ag.shared", "all_gather", 33_554_432),
                                ("recompute.tp.rs.shared", "reduce_scatter", 33_554_432)]
     assert shared[:i - 2] + shared[i:] == base
+
+
+def test_selective_modules_count_what_the_backward_rebuilds() -> None:
+    """The backward holds what a selective module re-makes, the larger of the MLP's and the
+    attention's rebuilds (the MLP's backward ends before the attention's begins), 4096 tokens, tp 1:
+
+    * Mixtral, core_attn: the fused attention's fp32 log-sum-exp, 4 x 32 x 4096 = 524,288;
+    * with moe_act, in an MoE block: fc2's input, 2 x 14336 x 4096 x 2 = 234,881,024 (> 524,288);
+    * layernorm + moe_act (gpt-oss's pair): with the pre-MLP norm output, 234,881,024 + 4096 x 4096
+      x 2 = 268,435,456; a dense block rebuilds nothing then (its norms are fused into linears);
+    * moe: the whole MoE MLP, 771,751,936 (test_moe_keeps_only_the_checkpoints_input);
+    * DeepSeek-V3 with [mla_up_proj, mlp]: a dense block's MLP, (3 x 18432 + 7168) x 4096 x 2 =
+      511,705,088, or MLA's up-projections' tensors, 135,168 x 4096 = 553,648,128: the larger."""
+    def rebuilt(sc: Scenario) -> tuple[float, float]:
+        a = ActivationSizes.of(sc)
+        return a.rebuilt, a.moe_rebuilt
+
+    assert rebuilt(mixtral({"recompute_modules": ["core_attn"]})) == (4 * 32 * T, 4 * 32 * T) == (524_288, 524_288)
+    assert rebuilt(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))[1] == 2 * 14336 * T * 2 == 234_881_024
+    assert rebuilt(mixtral({"recompute_modules": ["layernorm", "moe_act"]})) == (0, 268_435_456)
+    assert rebuilt(mixtral({"recompute_modules": ["moe"]}))[1] == 771_751_936
+    assert (3 * 18432 + 7168) * T * 2 == 511_705_088 < 553_648_128
+    assert rebuilt(deepseek({"recompute_modules": ["mla_up_proj", "mlp"]})) == (553_648_128, 553_648_128)
+
+
+def test_rebuilt_bytes_sit_in_the_backward_workspace() -> None:
+    """The rebuilt bytes are part of the block's backward workspace: moe_act adds fc2's input,
+    234,881,024 bytes, to an MoE block's workspace over core_attn's 524,288 (the rest unchanged)."""
+    base = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn"]}))
+    act = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))
+    assert act.moe_workspace - base.moe_workspace == 234_881_024 - 524_288
+    assert act.backward_workspace == base.backward_workspace
