@@ -307,3 +307,12 @@ def test_rebuilt_bytes_sit_in_the_backward_workspace() -> None:
     act = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))
     assert act.moe_workspace - base.moe_workspace == 234_881_024 - 524_288
     assert act.backward_workspace == base.backward_workspace
+
+
+def test_moe_is_read_in_moe_layers_only() -> None:
+    """Megatron-Core reads moe in MoELayer alone (moe_layer.py:247-251 at d98e8a6) and accepts it with
+    a dense model: dtsim takes it too and a dense block keeps, re-runs and rebuilds the same."""
+    assert ActivationSizes.of(dense({"recompute_modules": ["core_attn", "moe"]})) == \
+        ActivationSizes.of(dense({"recompute_modules": ["core_attn"]}))
+    assert _bwd_kernels(dense({"recompute_modules": ["core_attn", "moe"]})) == \
+        _bwd_kernels(dense({"recompute_modules": ["core_attn"]}))
