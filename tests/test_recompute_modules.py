@@ -11,7 +11,7 @@ from simulator.scenario.spec import Scenario
 from simulator.workload.activations import ActivationSizes, recomputed_matmul_params, shard_of
 from simulator.workload.moe import moe_shape
 from simulator.workload.parallel import layer_steps
-from simulator.workload.steps import ComputeStep, LayerSpec
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec
 from tests.test_moe import DEEPSEEK_V3, MIXTRAL
 
 T = 4096  # one 4096-token sequence per micro-batch, tp 1: every rank keeps all of them
@@ -141,7 +141,6 @@ def test_recompute_flops_count_the_modules_matmuls() -> None:
 @pytest.mark.parametrize(("make", "training", "words"), [
     (mixtral, {"recompute": "full", "recompute_modules": ["moe_act"]}, "only with recompute: selective"),
     (mixtral, {"recompute_modules": ["moe_act", "moe_act"]}, "moe_act more than once"),
-    (mixtral, {"recompute_modules": ["moe"]}, "moe (the whole MoE layer"),
     (mixtral, {"recompute_modules": ["mla_up_proj"]}, "needs multi-head latent attention"),
     (mixtral, {"recompute_modules": ["shared_experts"]}, "needs an MoE model with shared experts"),
     (dense, {"recompute_modules": ["moe_act"]}, "moe_act needs an MoE model"),
@@ -190,3 +189,130 @@ def test_search_layouts_keep_the_modules_for_selective_only() -> None:
                     sharding="zero1", shard_group_size=None, ep=8)
     assert layout_scenario(base, layout, "full").training.recompute_modules is None
     assert layout_scenario(base, layout, "selective").training.recompute_modules == ["core_attn", "moe_act"]
+
+
+def test_moe_keeps_only_the_checkpoints_input() -> None:
+    """moe: the MoE layer's MLP runs in a checkpoint that keeps only its input (the pre-MLP norm
+    output, kept anyway): Mixtral (h 4096, F_e 14336, top-2, balanced, tp 1, 4096 tokens) drops the
+    routed rows' gate+up and product, (2e + e) x T x k x F_e = 6 x 4096 x 2 x 14336 = 704,643,072,
+    and the dispatched tokens fc1 keeps, T x k x h x e = 4096 x 2 x 4096 x 2 = 67,108,864:
+    771,751,936 bytes per MoE layer; nothing in a dense block."""
+    base = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn"]}))
+    moe = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "moe"]}))
+    assert base.moe_layer - moe.moe_layer == 6 * T * 2 * 14336 + T * 2 * 4096 * 2 == 771_751_936
+    assert moe.per_layer == base.per_layer
+    both = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "moe", "moe_act"]}))
+    assert both.moe_layer == moe.moe_layer  # moe_act has nothing left to drop
+
+
+def _bwd_steps(sc: Scenario) -> list:
+    spec = LayerSpec(sc.model, shard_of(sc), "block", "bwd", recompute="selective",
+                     recompute_modules=frozenset(sc.training.recompute_modules or ["core_attn"]),
+                     moe=moe_shape(sc) if sc.model.moe else None)
+    return layer_steps(spec)
+
+
+def test_moe_reruns_the_layers_forward_with_its_all_to_alls() -> None:
+    """moe re-runs the MoE layer's forward (router, permute, experts, unpermute) before its backward,
+    its dispatch and combine included: Mixtral on ep 8 then runs 4 all-to-alls in a block's backward
+    instead of 2, each T x k x h x e = 4096 x 2 x 4096 x 2 = 67,108,864 bytes, the re-run ones
+    before the first backward kernel of the MLP (unpermute.bwd); with layernorm the pre-MLP norm's
+    re-run, which rebuilds the checkpoint's input, comes first."""
+    base = _bwd_steps(mixtral({"recompute_modules": ["core_attn"]}))
+    moe = _bwd_steps(mixtral({"recompute_modules": ["core_attn", "moe", "layernorm"]}))
+    a2a = [s for s in moe if isinstance(s, CommStep)]
+    assert len([s for s in base if isinstance(s, CommStep)]) == 2
+    assert [(s.name, s.op, s.nbytes) for s in a2a] == [
+        ("recompute.dispatch", "all_to_all", 67_108_864), ("recompute.combine", "all_to_all", 67_108_864),
+        ("combine.bwd", "all_to_all", 67_108_864), ("dispatch.bwd", "all_to_all", 67_108_864)]
+    kernels = [k.name for s in moe if isinstance(s, ComputeStep) for k in s.kernels]
+    again = kernels[kernels.index("ln2"):kernels.index("unpermute.bwd")]
+    assert again == ["ln2", "router", "permute", "experts.fc1", "experts.act", "experts.fc2", "unpermute"]
+    assert [s.name for s in moe].index("recompute.combine") < [s.name for s in moe].index("combine.bwd")
+
+
+def test_moe_recompute_flops_count_the_layers_matmuls() -> None:
+    """Recompute FLOPs' matmul weights with moe on Mixtral (32 MoE layers, 8 experts, top-2, h 4096,
+    F_e 14336, SwiGLU): 32 x (4096 x 8 + 3 x 4096 x 2 x 14336) = 32 x (32,768 + 352,321,536) =
+    11,275,337,728."""
+    assert recomputed_matmul_params(mixtral({"recompute_modules": ["moe"]})) == \
+        32 * (4096 * 8 + 3 * 4096 * 2 * 14336) == 11_275_337_728
+
+
+def _tp2(model: dict, parallelism: dict, modules: list[str]) -> list:
+    sc = Scenario.model_validate({"model": model, "cluster": {"node": "p5.48xlarge", "nodes": 2},
+                                  "parallelism": {"tp": 2, **parallelism},
+                                  "training": {"global_batch": 32, "recompute": "selective",
+                                               "recompute_modules": modules}})
+    return [(s.name, s.op, s.nbytes) for s in _bwd_steps(sc) if isinstance(s, CommStep)]
+
+
+@pytest.mark.parametrize(("sp", "again"), [
+    (True, [("recompute.tp.ag.mlp", "all_gather"), ("recompute.tp.rs.mlp", "reduce_scatter")]),
+    (False, [("recompute.tp.ar.mlp", "all_reduce")])])
+def test_mlp_reruns_its_tensor_parallel_collectives(sp: bool, again: list) -> None:
+    """mlp's checkpoint re-runs the whole MLP, its TP collectives included: at tp 2 a dense block's
+    backward gains the forward's all-gather and reduce-scatter under sequence parallelism (its
+    all-reduce without), each of the gathered T x h x e = 4096 x 4096 x 2 = 33,554,432 bytes,
+    before the MLP's own backward collectives."""
+    model = {k: v for k, v in MIXTRAL.items() if k not in ("experts", "experts_per_token")}
+    base = _tp2(model, {"sequence_parallel": sp}, ["core_attn"])
+    mlp = _tp2(model, {"sequence_parallel": sp}, ["core_attn", "mlp"])
+    assert [c for c in mlp if c[0].startswith("recompute.")] == [(n, op, 33_554_432) for n, op in again]
+    assert [c for c in mlp if not c[0].startswith("recompute.")] == base
+    assert mlp[:len(again)] == [(n, op, 33_554_432) for n, op in again]
+
+
+def test_shared_experts_rerun_their_tensor_parallel_collectives() -> None:
+    """shared_experts at tp 2 (sequence parallel, as MoE needs): the shared experts' re-run forward
+    gathers its input and reduce-scatters its output again, 4096 x 4096 x 2 = 33,554,432 bytes each,
+    right before their backward's gradient all-gather."""
+    model = {**MIXTRAL, "shared_experts": 1}
+    par = {"ep": 4, "sequence_parallel": True, "sharding": "zero1"}
+    base = _tp2(model, par, ["core_attn"])
+    shared = _tp2(model, par, ["core_attn", "shared_experts"])
+    i = [c[0] for c in shared].index("tp.ag.shared.grad")
+    assert shared[i - 2:i] == [("recompute.tp.ag.shared", "all_gather", 33_554_432),
+                               ("recompute.tp.rs.shared", "reduce_scatter", 33_554_432)]
+    assert shared[:i - 2] + shared[i:] == base
+
+
+def test_selective_modules_count_what_the_backward_rebuilds() -> None:
+    """The backward holds what a selective module re-makes, the larger of the MLP's and the
+    attention's rebuilds (the MLP's backward ends before the attention's begins), 4096 tokens, tp 1:
+
+    * Mixtral, core_attn: the fused attention's fp32 log-sum-exp, 4 x 32 x 4096 = 524,288;
+    * with moe_act, in an MoE block: fc2's input, 2 x 14336 x 4096 x 2 = 234,881,024 (> 524,288);
+    * layernorm + moe_act (gpt-oss's pair): with the pre-MLP norm output, 234,881,024 + 4096 x 4096
+      x 2 = 268,435,456; a dense block rebuilds nothing then (its norms are fused into linears);
+    * moe: the whole MoE MLP, 771,751,936 (test_moe_keeps_only_the_checkpoints_input);
+    * DeepSeek-V3 with [mla_up_proj, mlp]: a dense block's MLP, (3 x 18432 + 7168) x 4096 x 2 =
+      511,705,088, or MLA's up-projections' tensors, 135,168 x 4096 = 553,648,128: the larger."""
+    def rebuilt(sc: Scenario) -> tuple[float, float]:
+        a = ActivationSizes.of(sc)
+        return a.rebuilt, a.moe_rebuilt
+
+    assert rebuilt(mixtral({"recompute_modules": ["core_attn"]})) == (4 * 32 * T, 4 * 32 * T) == (524_288, 524_288)
+    assert rebuilt(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))[1] == 2 * 14336 * T * 2 == 234_881_024
+    assert rebuilt(mixtral({"recompute_modules": ["layernorm", "moe_act"]})) == (0, 268_435_456)
+    assert rebuilt(mixtral({"recompute_modules": ["moe"]}))[1] == 771_751_936
+    assert (3 * 18432 + 7168) * T * 2 == 511_705_088 < 553_648_128
+    assert rebuilt(deepseek({"recompute_modules": ["mla_up_proj", "mlp"]})) == (553_648_128, 553_648_128)
+
+
+def test_rebuilt_bytes_sit_in_the_backward_workspace() -> None:
+    """The rebuilt bytes are part of the block's backward workspace: moe_act adds fc2's input,
+    234,881,024 bytes, to an MoE block's workspace over core_attn's 524,288 (the rest unchanged)."""
+    base = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn"]}))
+    act = ActivationSizes.of(mixtral({"recompute_modules": ["core_attn", "moe_act"]}))
+    assert act.moe_workspace - base.moe_workspace == 234_881_024 - 524_288
+    assert act.backward_workspace == base.backward_workspace
+
+
+def test_moe_is_read_in_moe_layers_only() -> None:
+    """Megatron-Core reads moe in MoELayer alone (moe_layer.py:247-251 at d98e8a6) and accepts it with
+    a dense model: dtsim takes it too and a dense block keeps, re-runs and rebuilds the same."""
+    assert ActivationSizes.of(dense({"recompute_modules": ["core_attn", "moe"]})) == \
+        ActivationSizes.of(dense({"recompute_modules": ["core_attn"]}))
+    assert _bwd_kernels(dense({"recompute_modules": ["core_attn", "moe"]})) == \
+        _bwd_kernels(dense({"recompute_modules": ["core_attn"]}))

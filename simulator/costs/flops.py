@@ -140,14 +140,16 @@ def op_policy_recomputed_params(*, hidden: int, q_width: int, kv_width: int, ffn
 
 
 def selective_recomputed_params(modules: frozenset[str], *, dense_mlp: float, dense_layers: int, shared: float,
-                                moe_layers: int, mla_up: float, layers: int) -> float:
+                                moe_layers: int, mla_up: float, layers: int, moe_mlp: float = 0.0) -> float:
     """Matmul weights, summed over the model's layers, whose GEMMs Megatron-Core's selective
     ``recompute_modules`` re-run in the backward: mlp, every dense layer's MLP (``dense_mlp``
     weights each); shared_experts, every MoE layer's shared experts (``shared``); mla_up_proj,
-    every layer's MLA up-projections (``mla_up``). core_attn, moe_act and layernorm re-run no
-    weight matmul."""
+    every layer's MLA up-projections (``mla_up``); moe, every MoE layer's MLP (``moe_mlp``: the
+    weights a token meets, router, its top-k routed experts and the shared experts; with
+    shared_experts too, the shared experts run again in their own backward). core_attn, moe_act
+    and layernorm re-run no weight matmul."""
     return (dense_mlp * dense_layers * ("mlp" in modules) + shared * moe_layers * ("shared_experts" in modules)
-            + mla_up * layers * ("mla_up_proj" in modules))
+            + mla_up * layers * ("mla_up_proj" in modules) + moe_mlp * moe_layers * ("moe" in modules))
 
 
 def recompute_flops_per_token(

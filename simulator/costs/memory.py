@@ -285,7 +285,9 @@ def backward_workspace_bytes(*, tokens: float, hidden: int, ffn_hidden: int, mlp
     by recomputation while its backward runs: all of them under full recomputation; under
     torchtitan's op policy those it did not keep (the checkpoint re-runs the block's forward
     in the backward and autograd holds what the backward reads until it is consumed,
-    torch/utils/checkpoint.py non-reentrant recomputation); 0 otherwise. An estimate of what
+    torch/utils/checkpoint.py non-reentrant recomputation); under Megatron-Core's selective
+    ``recompute_modules`` what they do not keep, the MLP's or the attention's part, whichever is
+    larger (:func:`simulator.workload.activations.selective_rebuilt_bytes`). An estimate of what
     the caching allocator holds beyond the stored activations.
     """
     ffn_width = (3 if mlp == "swiglu" else 2) * ffn_hidden / tp

@@ -20,8 +20,7 @@ __all__ = ["TrainingSpec", "SimSpec", "Recompute", "RecomputeModule", "recompute
 
 Recompute = Literal["none", "selective", "selective-op", "full"]
 # Megatron-Core's --recompute-modules choices dtsim models (transformer_config.py:560-585 at
-# NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553); "moe" (the whole MoE layer in a
-# checkpoint, its dispatch and combine re-run) is refused as not modelled
+# NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553)
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "shared_experts", "moe"]
 
 
@@ -46,8 +45,10 @@ class TrainingSpec(Frozen):
         "own: an MoE layer's pre-MLP norm, multi-head latent attention's input norm; Transformer Engine fuses the "
         "others into their linear), mla_up_proj (MLA's up-projections and rotary: the attention's query, key and "
         "value are not kept), mlp (a dense layer's whole MLP with its fused norm: only its input is kept), "
-        "shared_experts (an MoE layer's shared experts: only their input is kept). Each is re-run in the block's "
-        "backward; moe (the whole MoE layer) is not modelled")
+        "shared_experts (an MoE layer's shared experts: only their input is kept), moe (an MoE layer's whole "
+        "MLP, router, dispatch, experts and combine, in a checkpoint: only its input, the pre-MLP norm output, is "
+        "kept; its forward, all-to-alls and tensor-parallel collectives included, re-runs before its backward; "
+        "nothing in a dense layer). Each is re-run in the block's backward")
     cross_entropy: Literal["fused", "megatron", "eager-fp32"] = Field(
         "fused", description="the loss kernels: fused (one kernel each way that keeps the fp32 softmax and writes its "
         "gradient in place), megatron (Megatron's vocab-parallel cross entropy without --cross-entropy-loss-fusion: "
@@ -130,7 +131,7 @@ def check_recompute_modules(model: Any, par: Any, training: TrainingSpec) -> Non
     module once; mla_up_proj needs multi-head latent attention and moe_act an MoE model (Megatron-
     Core refuses both otherwise, transformer_config.py:1964-1973 at d98e8a6); shared_experts
     needs shared experts and refuses overlap_ep_comm (moe_shared_expert_overlap, :1991-1998);
-    moe is not modelled."""
+    moe is read in MoE layers only (``MoELayer.moe_layer_recompute``, moe_layer.py:247-251)."""
     mods = training.recompute_modules
     field = "training.recompute_modules"
     if mods is None:
@@ -141,9 +142,7 @@ def check_recompute_modules(model: Any, par: Any, training: TrainingSpec) -> Non
     repeated = sorted({m for m in mods if mods.count(m) > 1})
     if repeated:
         raise InfeasibleError(f"recompute_modules lists {', '.join(repeated)} more than once", field=field)
-    refused = [("moe" in mods, "moe (the whole MoE layer in a checkpoint, its dispatch and combine re-run) is not "
-                "modelled: use moe_act, layernorm and shared_experts"),
-               ("mla_up_proj" in mods and model.mla is None, "mla_up_proj needs multi-head latent attention "
+    refused = [("mla_up_proj" in mods and model.mla is None, "mla_up_proj needs multi-head latent attention "
                 "(model.mla)"),
                ("moe_act" in mods and not model.moe, "moe_act needs an MoE model (model.experts > 0)"),
                ("shared_experts" in mods and not (model.moe and model.shared_experts), "shared_experts needs an MoE "

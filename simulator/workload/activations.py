@@ -35,7 +35,8 @@ from simulator.workload.parallel import context
 from simulator.workload.steps import LayerSpec
 
 __all__ = ["ActivationSizes", "shard_of", "fp8_casting", "fp8_weight_shards", "state_bytes_per_param",
-           "eager_saved_bytes", "recomputed_parts", "recomputed_matmul_params", "moe_dispatch_bytes", "mla_widths"]
+           "eager_saved_bytes", "recomputed_parts", "recomputed_matmul_params", "moe_dispatch_bytes", "mla_widths",
+           "selective_rebuilt_bytes"]
 
 # the shardings whose parameters are all-gathered from shards (FSDP, ZeRO-3, MiCS, and the
 # ZeRO-1/2 parameter all-gather after the optimizer step): an fp8 all-gather casts on the shard
@@ -113,6 +114,35 @@ def recomputed_parts(modules: frozenset[str], *, moe_block: bool, mla: bool) -> 
     return frozenset(parts)
 
 
+# the parts of layer_activation_bytes the attention's modules drop (core_attn, layernorm's input norm, mla_up_proj);
+# the others (pre_mlp_norm, mlp) and moe_layer_bytes' moe, moe_act and shared_experts are the MLP's
+_ATTENTION_PARTS = frozenset({"core_attn", "input_norm", "qkv"})
+_MOE_MLP_MODULES = frozenset({"moe", "moe_act", "shared_experts"})
+
+
+def selective_rebuilt_bytes(scenario: Scenario, layer: Callable[..., float], moe_block: bool) -> float:
+    """What a block's backward rebuilds under the selective ``recompute_modules`` and holds at
+    once: the bytes the MLP's modules do not keep (re-made before the MLP's backward, e.g. moe_act's
+    fc2 input, mlp's and moe's whole MLP) or those the attention's do not keep (re-made before the
+    attention's backward, e.g. mla_up_proj's query, key and value, core_attn's softmax statistics),
+    the larger: each is held until the backward of its part has read it (a reentrant checkpoint's
+    re-run graph is freed once its own backward is done, tensor_parallel/random.py:635-672 at d98e8a6;
+    an output-discarding checkpoint refills the storage its consumers saved, :848, freed with them),
+    and the MLP's backward ends before the attention's begins. ``layer``: the block formula,
+    ``layer(recompute, ffn, moe_block, parts)`` (:meth:`ActivationSizes.of`)."""
+    m, modules = scenario.model, recompute_modules_of(scenario.training)
+    parts = recomputed_parts(modules, moe_block=moe_block, mla=m.mla is not None)
+    if moe_block:
+        kept = moe_layer_bytes(scenario, layer, "selective")
+        attention = moe_layer_bytes(scenario, layer, "selective", modules, parts - _ATTENTION_PARTS) - kept
+        mlp = moe_layer_bytes(scenario, layer, "selective", modules - _MOE_MLP_MODULES, parts & _ATTENTION_PARTS) - kept
+    else:
+        kept = layer("selective", m.ffn, False, parts)
+        attention = layer("selective", m.ffn, False, parts - _ATTENTION_PARTS) - kept
+        mlp = layer("selective", m.ffn, False, parts & _ATTENTION_PARTS) - kept
+    return max(0.0, attention, mlp)
+
+
 def mla_widths(scenario: Scenario) -> MlaWidths | None:
     """The model's multi-head latent attention widths (None: standard attention)."""
     mla = scenario.model.mla
@@ -124,13 +154,16 @@ def mla_widths(scenario: Scenario) -> MlaWidths | None:
 def recomputed_matmul_params(scenario: Scenario) -> float:
     """Matmul weights over all layers that the selective ``recompute_modules`` re-run
     (:func:`~simulator.costs.flops.selective_recomputed_params`): a dense MLP ``(3 or 2) x h x F``
-    (SwiGLU or GELU), the shared experts ``(3 or 2) x h x shared x F_e``, MLA's up-projections."""
+    (SwiGLU or GELU), the shared experts ``(3 or 2) x h x shared x F_e``, MLA's up-projections,
+    an MoE layer's MLP ``h x E + (3 or 2) x h x (k + shared) x F_e`` (router, routed, shared)."""
     m, mla = scenario.model, scenario.model.mla
     per_mlp = (3 if m.mlp == "swiglu" else 2) * m.hidden
     up = 0 if mla is None else sum(mla.projection_params(m.hidden, m.heads)) - mla.replicated_params(m.hidden)
     return selective_recomputed_params(recompute_modules_of(scenario.training), dense_mlp=per_mlp * m.ffn,
                                        dense_layers=m.layers - m.n_moe_layers, shared=per_mlp * m.shared_experts
-                                       * m.expert_ffn, moe_layers=m.n_moe_layers, mla_up=up, layers=m.layers)
+                                       * m.expert_ffn, moe_layers=m.n_moe_layers, mla_up=up, layers=m.layers,
+                                       moe_mlp=m.hidden * m.experts + per_mlp * (m.top_k + m.shared_experts)
+                                       * m.expert_ffn)
 
 
 @dataclass(frozen=True)
@@ -153,7 +186,7 @@ class ActivationSizes:
     loss_transient: float = 0.0
     moe_layer: float = 0.0  # an MoE block's stored bytes (per_layer is a dense block's)
     forward_workspace: float = 0.0
-    rebuilt: float = 0.0  # what a block's backward recomputes (full, selective-op), within backward_workspace
+    rebuilt: float = 0.0  # what a block's backward recomputes and holds at once, within backward_workspace
     moe_dispatch: float = 0.0  # an MoE block's dispatch / combine transients, beside its working sets
     moe_workspace: float = 0.0  # an MoE block's backward_workspace (its MLP k x f x F_e + shared x F_e wide)
     moe_forward_workspace: float = 0.0  # an MoE block's forward_workspace
@@ -166,9 +199,10 @@ class ActivationSizes:
 
         modules = recompute_modules_of(train)
 
-        def layer(recompute: str, ffn: int = m.ffn, moe_block: bool = False) -> float:
-            parts = (recomputed_parts(modules, moe_block=moe_block, mla=m.mla is not None)
-                     if recompute == "selective" else None)
+        def layer(recompute: str, ffn: int = m.ffn, moe_block: bool = False,
+                  parts: frozenset[str] | None = None) -> float:
+            if recompute == "selective" and parts is None:
+                parts = recomputed_parts(modules, moe_block=moe_block, mla=m.mla is not None)
             return layer_activation_bytes(
                 seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, heads=m.heads, kv_heads=m.n_kv_heads,
                 ffn_hidden=ffn, mlp=m.mlp, tp=par.tp, cp=par.cp, sequence_parallel=shard.sequence_parallel,
@@ -181,8 +215,10 @@ class ActivationSizes:
         eager = eager_saved_bytes(scenario)
         full = layer("none") + eager
         stored = layer(train.recompute) + (eager if train.recompute == "none" else 0.0)
-        # rebuilt while the block's backward runs: all of it (full), what the op policy did not keep (selective-op)
-        rebuilt = {"full": full, "selective-op": max(0.0, full - stored)}.get(train.recompute, 0.0)
+        # rebuilt while the block's backward runs: all of it (full), what the op policy did not keep (selective-op),
+        # the larger of what the selective modules of the MLP and of the attention rebuild (selective)
+        rebuilt = {"full": full, "selective-op": max(0.0, full - stored),
+                   "selective": selective_rebuilt_bytes(scenario, layer, False)}.get(train.recompute, 0.0)
         context_workspace = context.backward_workspace_bytes(LayerSpec(
             m, shard, "block", "bwd", cp_comm=par.cp_comm, cp_kv_heads=par.cp_kv_heads))
 
@@ -200,7 +236,8 @@ class ActivationSizes:
         moe_rebuilt = moe_workspace = moe_forward = 0.0
         if m.moe:  # an MoE block's: its MLP as wide as a token's share of the experts' rows
             moe_full = moe_layer_bytes(scenario, layer, "none") + eager
-            moe_rebuilt = {"full": moe_full, "selective-op": max(0.0, moe_full - moe_stored)}.get(train.recompute, 0.0)
+            moe_rebuilt = {"full": moe_full, "selective-op": max(0.0, moe_full - moe_stored),
+                           "selective": selective_rebuilt_bytes(scenario, layer, True)}.get(train.recompute, 0.0)
             moe_workspace, moe_forward = workspaces(moe_mlp_width(scenario), moe_rebuilt)
         embedding = embedding_activation_bytes(seq=m.seq_len, batch=train.micro_batch, hidden=m.hidden, tp=par.tp,
                                                cp=par.cp, sequence_parallel=shard.sequence_parallel,
@@ -269,7 +306,8 @@ def moe_mlp_width(scenario: Scenario) -> int:
     return round(m.top_k * imbalance_of(scenario).factor * m.expert_ffn + m.shared_experts * m.expert_ffn)
 
 
-def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int, bool], float], recompute: str | None = None) -> float:
+def moe_layer_bytes(scenario: Scenario, layer: Callable[..., float], recompute: str | None = None,
+                    modules: frozenset[str] | None = None, parts: frozenset[str] | None = None) -> float:
     """An MoE block's stored activations: the dense block's formula (which splits the MLP's
     intermediate width by tp) with the intermediate width one token's share of the experts'
     rows has, ``k x f x F_e + shared x F_e`` (f: the busiest EP rank's load factor,
@@ -285,20 +323,27 @@ def moe_layer_bytes(scenario: Scenario, layer: Callable[[str, int, bool], float]
     around the activation, its output discarded once fc2 ran); shared_experts keeps none of the
     shared experts' intermediates, ``(2e + g) x T x shared x F_e / tp`` with SwiGLU (``e + g``
     GELU): they run in a checkpoint whose input, the pre-MLP norm output, is kept anyway
-    (moe_layer.py:517-533)."""
+    (moe_layer.py:517-533); moe keeps nothing of the MLP but that input: the router, dispatch,
+    experts and combine run in ``tensor_parallel.checkpoint`` (moe_layer.py:658-713), which runs
+    them without autograd and saves only its arguments (``CheckpointFunction.forward``,
+    tensor_parallel/random.py:616-628), the block's formula with a zero-wide MLP. ``modules`` and
+    ``parts`` (the formula's parts, :func:`recomputed_parts`) replace the scenario's."""
     m, train = scenario.model, scenario.training
     if not m.moe:
         return 0.0
     policy = train.recompute if recompute is None else recompute
-    stored = layer(policy, moe_mlp_width(scenario), True)
+    if policy != "selective":
+        modules = frozenset()
+    elif modules is None:
+        modules = recompute_modules_of(train)
+    if "moe" in modules:
+        return layer(policy, 0, True, parts)
+    stored = layer(policy, moe_mlp_width(scenario), True, parts)
     if policy == "full":
         return stored
     shard = shard_of(scenario)
     etp, tp = scenario.parallelism.expert_tp, scenario.parallelism.tp
-    modules = recompute_modules_of(train)
     g = 1.0 if shard.fp8 is not None and shard.fp8.saves_fp8_inputs else float(shard.elem)
-    if policy != "selective":
-        modules = frozenset()
     f = imbalance_of(scenario).factor
     if "moe_act" in modules:
         stored -= g * shard.tokens * m.top_k * f * m.expert_ffn / tp

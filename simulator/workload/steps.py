@@ -27,10 +27,11 @@ from simulator.workload.model import (
     kernel_time_s,
     logits_forward,
 )
-from simulator.workload.moe import MoeShape, is_moe_mlp, with_moe_mlp
+from simulator.workload.moe import MOE_MLP_KERNELS, MoeShape, is_moe_mlp, with_moe_mlp
 
 __all__ = ["ComputeStep", "CommStep", "Step", "LayerSpec", "TimedStep", "kernel_shape", "base_steps", "attention_core", "split_casts",
-           "op_policy_recompute", "recompute_steps", "block_kernels", "split_weight_grads", "selective_backward"]
+           "op_policy_recompute", "recompute_steps", "block_kernels", "split_weight_grads", "selective_backward",
+           "recomputed_kernels"]
 
 Phase = Literal["fwd", "bwd"]
 
@@ -174,34 +175,49 @@ def selective_backward(fwd: list[Kernel], recompute: str, modules: frozenset[str
     * moe_act: the routed experts' activation before their fc2's backward (experts.py:1019-1030);
     * shared_experts: the shared experts' forward before their backward (moe_layer.py:517-533);
     * mlp: a dense layer's MLP, its norm fused into fc1, before its backward
-      (transformer_layer.py:992-1012).
+      (transformer_layer.py:992-1012);
+    * moe: an MoE layer's whole MLP (router, permutation, shared and routed experts) before its
+      backward, after the pre-MLP norm's re-run that rebuilds its input (moe_layer.py:658-713;
+      ``CheckpointFunction.backward`` re-runs the function when autograd reaches its output,
+      tensor_parallel/random.py:635-672).
 
-    Tensor-parallel collectives a re-run module repeats (mlp and shared_experts under sequence
-    parallelism re-gather their input) are not added."""
+    The collectives a re-run module repeats are placed by the passes that place the forward's
+    (:mod:`simulator.workload.parallel`), around the re-run kernels (:func:`recomputed_kernels`)."""
     bwd = backward_of(fwd)
     if recompute != "selective":
         return (), bwd
     core = tuple(attention_core(fwd)) if "core_attn" in modules else ()
-    moe_block = any(is_moe_mlp(k) for k in fwd)
-    groups: list[tuple[tuple[str, ...], str]] = []
-    if "layernorm" in modules and mla:
-        groups.append((("ln1",), "proj.dgrad"))
-    if "mla_up_proj" in modules and mla:
-        groups.append((("q_up", "kv_up", "q_proj"), _first_core_backward(bwd, fwd)))
-    if "layernorm" in modules and moe_block:
-        groups.append((("ln2",), next((k.of or k.name for k in bwd if is_moe_mlp(k)), "")))
-    if "shared_experts" in modules and moe_block:
-        groups.append((("shared.fc1", "shared.act", "shared.fc2"), "shared.fc2.dgrad"))
-    if "moe_act" in modules and moe_block:
-        groups.append((("experts.act",), "experts.fc2.dgrad"))
-    if "mlp" in modules and not moe_block:
-        groups.append((("ln2", "fc1", "act", "fc2"), "fc2.dgrad"))
-    for names, anchor in groups:
-        again = [replace(k, of=anchor) for k in fwd if (k.of or k.name) in names]
-        at = next((i for i, k in enumerate(bwd) if (k.of or k.name) == anchor), None)
-        if again and at is not None:
+    for again in recomputed_kernels(fwd, bwd, modules, mla).values():
+        at = next((i for i, k in enumerate(bwd) if (k.of or k.name) == again[0].of), None)
+        if at is not None:
             bwd = [*bwd[:at], *again, *bwd[at:]]
     return core, bwd
+
+
+def recomputed_kernels(fwd: list[Kernel], bwd: list[Kernel], modules: frozenset[str], mla: bool
+                       ) -> dict[str, tuple[Kernel, ...]]:
+    """The forward kernels each selective ``recompute_modules`` group re-runs, as
+    :func:`selective_backward` inserts them into ``bwd`` (the block's backward without them):
+    tagged (``of``) with the backward kernel they run before, keyed by group (``layernorm.input``
+    and ``layernorm.pre_mlp`` for the two norms), in insertion order."""
+    moe_block = any(is_moe_mlp(k) for k in fwd)
+    moe_anchor = next((k.of or k.name for k in bwd if is_moe_mlp(k)), "")
+    groups: list[tuple[str, bool, tuple[str, ...], str]] = [
+        ("layernorm.input", "layernorm" in modules and mla, ("ln1",), "proj.dgrad"),
+        ("mla_up_proj", "mla_up_proj" in modules and mla, ("q_up", "kv_up", "q_proj"), _first_core_backward(bwd, fwd)),
+        # before the norm's group, which then goes in front of it (it rebuilds the checkpoint's input)
+        ("moe", "moe" in modules and moe_block, MOE_MLP_KERNELS, moe_anchor),
+        ("layernorm.pre_mlp", "layernorm" in modules and moe_block, ("ln2",), moe_anchor),
+        ("shared_experts", "shared_experts" in modules and moe_block, ("shared.fc1", "shared.act", "shared.fc2"),
+         "shared.fc2.dgrad"),
+        ("moe_act", "moe_act" in modules and moe_block, ("experts.act",), "experts.fc2.dgrad"),
+        ("mlp", "mlp" in modules and not moe_block, ("ln2", "fc1", "act", "fc2"), "fc2.dgrad")]
+    out: dict[str, tuple[Kernel, ...]] = {}
+    for group, on, names, anchor in groups:
+        again = tuple(replace(k, of=anchor) for k in fwd if (k.of or k.name) in names)
+        if on and again and any((k.of or k.name) == anchor for k in bwd):
+            out[group] = again
+    return out
 
 
 def block_kernels(spec: LayerSpec) -> list[Kernel]:

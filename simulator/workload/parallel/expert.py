@@ -22,7 +22,12 @@ top-k, f the imbalance factor, h the hidden size and e the activation bytes:
   (:func:`simulator.workload.moe.deepep_slowdown`);
 * shared experts under tp > 1: all-gather of the input and reduce-scatter of the output over
   ``tp`` (``b*s/cp x h x e`` gathered), as the dense MLP; in the backward the dense MLP's
-  gradient all-gather, input re-gather and input-gradient reduce-scatter.
+  gradient all-gather, input re-gather and input-gradient reduce-scatter;
+* selective ``recompute_modules`` (``tensor_parallel.checkpoint`` re-runs a function whole,
+  collectives included, tensor_parallel/random.py:635-672 at d98e8a6): shared_experts re-runs
+  the shared experts' all-gather and reduce-scatter around their re-run forward when tp > 1
+  (moe_layer.py:517-533); moe re-runs the whole forward above, its exchange included, before
+  the layer's backward (moe_layer.py:658-713).
 """
 
 from __future__ import annotations
@@ -31,9 +36,9 @@ from dataclasses import replace
 
 from simulator.cluster.collective_algorithms import deepep_algorithm
 from simulator.costs.moe import deepep_token_bytes, dispatch_bytes_per_token
-from simulator.workload.model import Kernel
-from simulator.workload.moe import EXPERT_KERNELS, forward_name
-from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step
+from simulator.workload.model import Kernel, backward_of
+from simulator.workload.moe import EXPERT_KERNELS, forward_name, is_moe_mlp
+from simulator.workload.steps import CommStep, ComputeStep, LayerSpec, Step, block_kernels, recomputed_kernels
 
 __all__ = ["place"]
 
@@ -65,12 +70,53 @@ def place(spec: LayerSpec, steps: list[Step]) -> list[Step]:
         shared = [k for k in ks if _is_shared(k)]
         before = [k for k in before if not _is_shared(k)]
         after = [k for k in after if not _is_shared(k)]
+        if spec.phase == "bwd" and _recomputed(spec):
+            head, before = _rerun_moe(spec, step.name, before)
+            out += head
         if before:
             out.append(ComputeStep(f"{step.name}.pre", tuple(before)))
         out += (_forward if spec.phase == "fwd" else _backward)(spec, tuple(shared), tuple(experts))
         if after:
             out.append(ComputeStep(f"{step.name}.post", tuple(after)))
     return out
+
+
+def _recomputed(spec: LayerSpec, group: str = "moe") -> tuple[Kernel, ...]:
+    """The forward kernels the block's backward re-runs for the selective ``recompute_modules``
+    group ``group`` (moe: the MoE layer's MLP; shared_experts;
+    :func:`~simulator.workload.steps.recomputed_kernels`; empty otherwise)."""
+    if spec.recompute != "selective" or group not in spec.recompute_modules:
+        return ()
+    fwd = block_kernels(spec)
+    return recomputed_kernels(fwd, backward_of(fwd), spec.recompute_modules, spec.model.mla is not None).get(group, ())
+
+
+def _rerun_moe(spec: LayerSpec, name: str, before: list[Kernel]) -> tuple[list[Step], list[Kernel]]:
+    """The backward's kernels before the routed experts' split into the steps that re-run the MoE
+    layer's forward under the ``moe`` module, with the forward's collectives (its dispatch and
+    combine, expert-TP and shared experts' TP collectives: ``tensor_parallel.checkpoint`` re-runs
+    the whole ``custom_forward``, moe_layer.py:658-713 at d98e8a6), and the backward kernels left
+    (the kernels before the re-run, the pre-MLP norm's re-run among them, lead the first step)."""
+    again = _recomputed(spec)
+    rerun = [k for k in before if k in again]
+    if not rerun:
+        return [], before
+    # the re-run kernels carry their anchor's name (of): classify them by the forward kernel each repeats
+    orig = [k for k in block_kernels(spec) if is_moe_mlp(k)]
+    fwd_of = {id(k): forward_name(orig[again.index(k)]) for k in rerun}
+    first = before.index(rerun[0])
+    experts = [k for k in rerun if fwd_of[id(k)] in EXPERT_KERNELS]
+    shared = [k for k in rerun if fwd_of[id(k)].startswith("shared.")]
+    lo = rerun.index(experts[0]) if experts else len(rerun)
+    hi = rerun.index(experts[-1]) + 1 if experts else len(rerun)
+    pre = [*before[:first], *(k for k in rerun[:lo] if k not in shared)]
+    post = [k for k in rerun[hi:] if k not in shared]
+    fwd = _forward(replace(spec, phase="fwd"), tuple(shared), tuple(experts))
+    steps: list[Step] = [ComputeStep(f"{name}.recompute", tuple(pre))] if pre else []
+    steps += [replace(s, name=f"recompute.{s.name}") for s in fwd]
+    if post:
+        steps.append(ComputeStep(f"{name}.recompute.post", tuple(post)))
+    return steps, [k for k in before[first:] if k not in again]
 
 
 def _exchange(spec: LayerSpec) -> tuple[list[CommStep], list[CommStep]]:
@@ -144,6 +190,11 @@ def _backward(spec: LayerSpec, shared: tuple[Kernel, ...], experts: tuple[Kernel
     if shard.tp == 1:
         return [*out, ComputeStep("shared_experts.bwd", shared)]
     d = shard.tokens * spec.model.hidden * shard.elem
+    again = _recomputed(spec, "shared_experts")
+    if again:  # their checkpoint re-runs their forward, its input's all-gather and output's reduce-scatter too
+        shared = tuple(k for k in shared if k not in again)
+        out += [CommStep("recompute.tp.ag.shared", "all_gather", d), ComputeStep("recompute.shared_experts", again),
+                CommStep("recompute.tp.rs.shared", "reduce_scatter", d)]
     fc1 = tuple(k for k in shared if forward_name(k) == "shared.fc1")
     dgrad = tuple(k for k in fc1 if (k.of or k.name).endswith(".dgrad"))
     wgrad = tuple(k for k in fc1 if k not in dgrad)

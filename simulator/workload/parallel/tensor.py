@@ -16,7 +16,9 @@ et al. 2022 §4.2.2, Megatron-LM ``core/tensor_parallel/layers.py``). D = b*s*h*
   that re-gathers the saved input for the fc1/qkv weight gradient (overlapped with the
   input-gradient GEMM), RS of the input gradient (overlapped with the weight gradient):
   4 AG + 2 RS per layer.
-* Full recomputation replays the forward, collectives included (6 ARs per layer, ZeRO §8).
+* Full recomputation replays the forward, collectives included (6 ARs per layer, ZeRO §8);
+  Megatron-Core's selective ``mlp`` module re-runs the MLP's forward collectives (AG + RS, AR
+  without SP) with its kernels before the MLP's backward.
 * ``tp_comm_overlap`` (Megatron-Core ``--tp-comm-overlap``, Transformer Engine userbuffers;
   Wang et al. 2023, "Overlap communication with dependent computation via decomposition"):
   each all-gather is split into tp chunks pipelined with the GEMM that consumes it, and
@@ -32,6 +34,8 @@ et al. 2022 §4.2.2, Megatron-LM ``core/tensor_parallel/layers.py``). D = b*s*h*
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.scenario.spec import ModelSpec
 from simulator.workload.mla import mla_tp_bytes, mla_tp_names
 from simulator.workload.model import Kernel, Shard, backward_of, block_forward, embedding_forward, logits_forward
@@ -44,6 +48,7 @@ from simulator.workload.steps import (
     attention_core,
     block_kernels,
     recompute_steps,
+    recomputed_kernels,
     selective_backward,
 )
 
@@ -129,14 +134,47 @@ def block_steps(model: ModelSpec, shard: Shard, phase: str, *, tp_overlap: bool 
             steps = _fwd_tp(model, shard, fwd, core_names)
     else:
         core_again, bwd = selective_backward(fwd, recompute, recompute_modules, model.mla is not None)
+        mlp_again = recomputed_kernels(fwd, backward_of(fwd), recompute_modules, model.mla is not None).get(
+            "mlp", ()) if recompute == "selective" and shard.tp > 1 else ()
+        bwd = [k for k in bwd if k not in mlp_again]
         if shard.tp == 1:
             steps = [ComputeStep("bwd", core_again + tuple(bwd))]
         elif comm_overlap and shard.sequence_parallel:
             steps = _bwd_sp_pipelined(model, shard, bwd, core_names, core_again)
         else:
             steps = _bwd_tp(model, shard, bwd, core_names, core_again, tp_overlap)
+        if mlp_again:
+            at = next((i + 1 for i, st in enumerate(steps) if st.name == "out.bwd"), 0)  # after the residual's
+            names = [k.of or k.name for k in fwd if replace(k, of=mlp_again[0].of) in mlp_again]
+            steps = [*steps[:at], *_mlp_again(model, shard, list(zip(names, mlp_again, strict=True)), comm_overlap),
+                     *steps[at:]]
         steps = [*recompute_steps(fwd, model, recompute), *steps]
     return steps
+
+
+def _mlp_again(model: ModelSpec, shard: Shard, again: list[tuple[str, Kernel]], pipelined: bool) -> list[Step]:
+    """A dense MLP's forward re-run by the selective ``mlp`` module with its TP collectives: its
+    checkpoint (``tensor_parallel.checkpoint``, transformer_layer.py:992-1012 at d98e8a6) re-runs
+    the whole MLP, TE's fused norm-linear gathering its input under sequence parallelism and fc2
+    reducing its output (random.py:635-672): the forward's AG and RS (beside fc1 and fc2 with
+    ``comm_overlap``), or its AR without sequence parallelism; before the MLP's backward.
+    ``again``: each re-run kernel with the forward kernel it repeats (its GEMM for a cast)."""
+    d = _tensor_bytes(model, shard)
+
+    def of(*names: str) -> tuple[Kernel, ...]:
+        return tuple(k for name, k in again if name in names)
+
+    if not shard.sequence_parallel:
+        return [ComputeStep("recompute.mlp", of("ln2", "fc1", "act", "fc2")),
+                CommStep("recompute.tp.ar.mlp", "all_reduce", d)]
+    if pipelined:
+        return [ComputeStep("recompute.ln2", of("ln2")),
+                CommStep("recompute.tp.ag.mlp", "all_gather", d, overlap=True),
+                ComputeStep("recompute.fc1", of("fc1")), ComputeStep("recompute.act", of("act")),
+                CommStep("recompute.tp.rs.mlp", "reduce_scatter", d, overlap=True),
+                ComputeStep("recompute.fc2", of("fc2"))]
+    return [ComputeStep("recompute.ln2", of("ln2")), CommStep("recompute.tp.ag.mlp", "all_gather", d),
+            ComputeStep("recompute.mlp", of("fc1", "act", "fc2")), CommStep("recompute.tp.rs.mlp", "reduce_scatter", d)]
 
 
 def _fwd_tp(model: ModelSpec, shard: Shard, fwd: list[Kernel], core: list[str]) -> list[Step]:
