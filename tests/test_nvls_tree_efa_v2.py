@@ -83,3 +83,19 @@ def test_nvls_enable_zero_takes_nvls_tree_out_too():
     """NCCL_NVLS_ENABLE=0 disables NVLS and NVLSTree alike: 16 GiB on 2 x p5 then runs by tree or ring."""
     choice = collective_choice(P5, "all_reduce", 16 * GiB, tuning=NcclTuning(nvls_enable=False))
     assert not choice.startswith("nvls")
+
+
+def test_p5_takes_the_efa_v2_variant_and_its_ll128():
+    """p5.48xlarge names nics.transport_variant efa-v2: its links stay of kind efa, with
+    efa-v2's 17 us latency and 7.4 us message cost; a scenario that swaps the transport gets that
+    transport's own entry. EFAv2 (RDMA writes) lets NCCL run LL128 across nodes; p4de's EFA
+    (aws-ofi-nccl forces Simple there) does not."""
+    catalog = default_catalog()
+    assert catalog.transport("efa-v2").ll128 and not catalog.transport("efa").ll128
+    setup = cluster_setup(ClusterSpec.model_validate(P5), default_catalog())
+    assert setup.graph.transport_kind == "efa"
+    assert (setup.graph.transport.latency_s, setup.graph.transport.message_s) == (17e-6, 7.4e-6)
+    swapped = cluster_setup(ClusterSpec.model_validate({**P5, "fabric": {"transport": "infiniband"}}), default_catalog())
+    assert swapped.graph.transport == catalog.transport("infiniband")
+    assert collective_choice(P5, "all_reduce", MiB) == "tree/LL128"
+    assert collective_choice({"node": "p4de.24xlarge", "nodes": 2}, "all_reduce", MiB).endswith("/Simple")
