@@ -195,7 +195,8 @@ def nvls_tree_chunk_bytes(model: NcclModel, nbytes: float, heads: int) -> float:
 
 
 def message_bound_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float) -> float:
-    """What the network proxies' message rate adds over the transfer running alone: a GPU posts
+    """What the network proxies' message rate adds over the transfer running alone (at the
+    protocol's bandwidth factor, as :func:`collective_time_s`): a GPU posts
     the bytes it sends across nodes one message (one channel's step, :func:`net_message_bytes`;
     NVLSTree's chunk, :func:`nvls_tree_chunk_bytes`) after another at ``net_message_s`` each,
     so the collective takes at least that long. A tree (and NVLSTree) GPU sends D/ppn per tree
@@ -204,6 +205,7 @@ def message_bound_s(model: NcclModel, shape: CollectiveShape, protocol: str, nby
     if shape.algorithm not in ("ring", "tree", "nvls_tree"):
         return 0.0
     extra = 0.0
+    factor = bandwidth_factor(model, shape.algorithm, protocol, nbytes)
     for p in shape.phases:
         if p.net_message_s <= 0 or p.nodes <= 1:
             continue
@@ -215,7 +217,7 @@ def message_bound_s(model: NcclModel, shape: CollectiveShape, protocol: str, nby
             message = nvls_tree_chunk_bytes(model, nbytes, p.ppn)
         else:
             message = net_message_bytes(model, shape, p, protocol, nbytes)
-        extra = max(extra, math.ceil(sent / message) * p.net_message_s - p.seconds_per_byte * nbytes)
+        extra = max(extra, math.ceil(sent / message) * p.net_message_s - p.seconds_per_byte * nbytes / factor)
     return max(0.0, extra)
 
 
