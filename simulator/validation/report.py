@@ -234,8 +234,8 @@ MODEL_NOTES = [
     "on its 5 sizes 16 to 256 MiB, alternately on 0.1 us grids; efficiency stays efa's 0.91 (the large sizes "
     "are NVLink SHARP bound). Derived, not fitted: no host staging and LL128 allowed (aws-ofi-nccl's RDMA "
     "protocol on p5), NVLSTree (NCCL 2.20's chunking). Error on the 15 sizes not used (32 KiB to 8 MiB, "
-    "512 MiB to 16 GiB): mean 14.9%, worst -44% (64 KiB, where the measured curve peaks before LL128) and "
-    "-19% (512 MiB); from 1 MiB up 8.6% mean (was 34.9%), below 1 MiB 11.9% (was 43.4%). The EKS excerpt of "
+    "512 MiB to 16 GiB): mean 16.0%, worst -45% (64 KiB, where the measured curve peaks before LL128) and "
+    "-19% (512 MiB); from 1 MiB up 9.4% mean (was 34.9%), below 1 MiB 12.2% (was 43.4%). The EKS excerpt of "
     "the same README (NCCL 2.18.5, aws-ofi-nccl 1.7.3, 64 MiB to 2 GiB, 1.4-2.1x slower than the Slurm run "
     "at 64-256 MiB) is predicted 38.9% too fast on average (28.0% before).",
     "- **Fitted to DeepEP's intranode row** (README at 0aaa674, 8 H800; not a validation record): the H800's "
