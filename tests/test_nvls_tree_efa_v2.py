@@ -99,3 +99,16 @@ def test_p5_takes_the_efa_v2_variant_and_its_ll128():
     assert swapped.graph.transport == catalog.transport("infiniband")
     assert collective_choice(P5, "all_reduce", MiB) == "tree/LL128"
     assert collective_choice({"node": "p4de.24xlarge", "nodes": 2}, "all_reduce", MiB).endswith("/Simple")
+
+
+def test_message_bound_of_a_tree_counts_its_steps_and_the_protocol_factor():
+    """Tree/LL128, 1 MiB on 2 nodes x 8, 8 channels: LL128 steps are 512 KiB / 8 = 64 KiB and each
+    channel's share 1 MiB / 8 = 128 KiB, so a message is 64 KiB; a GPU sends D/8 = 128 KiB, two
+    messages, 2 x 7.4 = 14.8 us. The transfer alone at 400 GB/s and tree LL128's factor 0.9375 x
+    0.6 (tree correction at log2(1 MiB / 64 B) = 14) = 0.5625: 1,048,576 / 400e9 / 0.5625 = 4.6603 us;
+    the bound adds 10.1397 us."""
+    phase = PhaseShape(seconds_per_byte=1 / 400e9, steps=16, inter_steps=2, intra_class="nvlink",
+                       net_latency_s=20e-6, ppn=8, nodes=2, channels=8, net_message_s=7.4e-6)
+    shape = CollectiveShape("all_reduce", "tree", 16, (phase,), ll128_ok=True)
+    assert message_bound_s(nccl_model(), shape, "LL128", MiB) == pytest.approx(
+        2 * 7.4e-6 - MiB / 400e9 / (0.9375 * 0.6), rel=1e-12)
