@@ -42,9 +42,9 @@ def test_fabric_registry_keys_are_the_kind_tags():
 
 
 def test_collective_algorithms_are_registered_by_name(cli):
-    assert list(ALGORITHMS) == ["ring", "tree", "nvls", "hierarchical", "direct", "chain", "deepep"]
+    assert list(ALGORITHMS) == ["ring", "tree", "nvls", "nvls_tree", "hierarchical", "direct", "chain", "deepep"]
     out = cli("collective", "--node", "p4d.24xlarge", "--algorithm", "bogus", "--sizes", "1MiB")
-    assert out.exit_code == 2 and "ring, tree, nvls, hierarchical, direct, chain" in out.output
+    assert out.exit_code == 2 and "ring, tree, nvls, nvls_tree, hierarchical, direct, chain" in out.output
 
 
 def test_fabric_without_kind_is_a_fat_tree():

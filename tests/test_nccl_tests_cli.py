@@ -264,7 +264,8 @@ def test_nccl_list_syntax():
     t = NcclTuning("ring;allreduce:tree")
     assert t.algorithms("all_gather") == {"ring"} and t.algorithms("all_reduce") == {"tree"}
     assert t.algorithms("broadcast") == {"chain"} and t.algorithms("all_to_all") is None
-    assert NcclTuning("^NVLS").algorithms("all_reduce") == {"ring", "tree"}
+    assert NcclTuning("^NVLS").algorithms("all_reduce") == {"ring", "tree", "nvls_tree"}  # NVLSTree is its own name
+    assert NcclTuning("^NVLS,NVLSTree").algorithms("all_reduce") == {"ring", "tree"}
     assert NcclTuning(proto="^LL").protocols("all_reduce") == ("LL128", "Simple")
     with pytest.raises(ValueError, match="every entry but the first"):
         NcclTuning("Ring;Tree")

@@ -124,6 +124,9 @@ class NicSpec(Frozen):
         None, description="the NCCL protocols collectives may use on this node type when its network plugin "
         "restricts them (aws-ofi-nccl sets NCCL_PROTO=simple for the whole process where the EFA endpoint "
         "lacks 128-byte in-order delivery); null = every protocol")
+    transport_variant: str | None = Field(
+        None, description="the topologies/transports.yaml entry whose parameters this node's NICs take where they "
+        "differ from their transport's (p5.48xlarge's EFAv2: efa-v2); null = the transport's own entry")
 
     @field_validator("nccl_protocols")
     @classmethod
@@ -184,6 +187,11 @@ class TransportSpec(Frozen):
         description="network messages up to this size are copied through host bounce buffers")
     staged_copy_bytes_per_s: Rate | None = Field(
         None, alias="staged_copy", description="copy rate of a staged message; null = no staging cost")
+    message_s: Seconds = Field(
+        0.0, alias="message_cost", description="time a GPU's network proxy spends on each message it posts; "
+        "the messages of one GPU take turns (charged where the chunking is NCCL's NVLSTree's)")
+    ll128: bool = Field(False, description="NCCL's LL128 protocol may cross this transport (its 128-byte stores "
+                        "arrive whole and in order)")
     sources: list[str] = Field(min_length=1)
 
 
@@ -200,4 +208,5 @@ class NcclConstants(Frozen):
     ring_plateau_factor: float = Field(ge=1)
     tree_correction: dict[str, list[Fraction]]
     simple_step_bytes: Bytes
+    nvls_channels: int = Field(16, ge=1)
     overlap_compute_slowdown: float = Field(ge=0)

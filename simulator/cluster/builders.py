@@ -221,13 +221,15 @@ def build_cluster(spec: ClusterSpec, catalog: Catalog | None = None, *, replicat
     catalog = catalog or default_catalog()
     node_type = spec.node_type
     transport_kind = spec.fabric.transport or node_type.nics.transport
+    # the node's own NIC variant (p5's EFAv2) unless the scenario swaps the transport
+    variant = node_type.nics.transport_variant if transport_kind == node_type.nics.transport else None
     cluster = ClusterGraph(
         node_type=node_type,
         gpu=spec.gpu_spec,
         n_nodes=spec.n_nodes,
         gpus_per_node=spec.gpus_in_node,
         transport_kind=transport_kind,
-        transport=catalog.transport(transport_kind),
+        transport=catalog.transport(variant or transport_kind),
         fabric=spec.fabric,
         pcie_transport=catalog.transport("pcie"),
         nccl=catalog.nccl,

@@ -156,11 +156,46 @@ def plan_tree(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group) -> l
 @register_algorithm("nvls")
 def plan_nvls(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group) -> list[PhasePlan]:
     """NVLink SHARP all-reduce inside an NVSwitch node: each GPU sends and receives D."""
+    return [p.phase(_nvls_flows(p, sorted(gpus)), steps=1, inter_steps=0, ppn=_ppn(p, nodes), nodes=1)]
+
+
+def _nvls_flows(p: PlannerView, members: list[int]) -> list[Flow]:
+    """One node's NVLink SHARP reduction: each member sends and receives D through the switch,
+    at the measured NVLS fraction of line rate (weights scaled by nccl_efficiency / nvls_efficiency,
+    the links carrying NCCL's)."""
     nvlink = p.cluster.gpu.nvlink
     factor = (nvlink.nccl_efficiency if nvlink else 1.0) / p.model.nvls_efficiency
-    members = sorted(gpus)
-    flows = [Flow(a, b, factor) for a, b in zip(members, members[1:] + members[:1], strict=True)]
-    return [p.phase(flows, steps=1, inter_steps=0, ppn=_ppn(p, nodes), nodes=1)]
+    return [Flow(a, b, factor) for a, b in zip(members, members[1:] + members[:1], strict=True)]
+
+
+@register_algorithm("nvls_tree")
+def plan_nvls_tree(p: PlannerView, op: str, gpus: tuple[int, ...], nodes: Group) -> list[PhasePlan]:
+    """NCCL's NVLSTree all-reduce across NVSwitch nodes, one pipelined phase: NVLink SHARP
+    reduces (and multicasts back) inside each node while each local GPU carries its 1/ppn slice
+    over a binary tree of the nodes (the mirrored tree for odd local ranks), up and down
+    (NVIDIA/nccl v2.20.3-1 src/device/all_reduce.h:482-560, RunWorkElement NCCL_ALGO_NVLS_TREE:
+    warps scatter into the switch, reduce a head's slice, send it up the tree and multicast
+    what comes down, all at once on successive chunks)."""
+    ppn = p.uniform(nodes)
+    if ppn is None:
+        raise ValueError("nvls_tree needs the same number of group members on every node")
+    node_ids = list(nodes)
+    k = len(node_ids)
+    flows: list[Flow] = []
+    for members in nodes.values():
+        flows += _nvls_flows(p, members)
+    trees = (_btree(k), [(k - 1 - c, k - 1 - q) for c, q in _btree(k)])
+    for j in range(ppn):
+        for child, parent in trees[j % 2]:
+            a, b = nodes[node_ids[child]][j], nodes[node_ids[parent]][j]
+            flows += [Flow(a, b, 1.0 / ppn), Flow(b, a, 1.0 / ppn)]
+    levels = math.ceil(math.log2(k))
+    phase = p.phase(flows, steps=2 * levels, inter_steps=2 * levels, ppn=ppn, nodes=k)
+    links = p.cluster.links
+    ups = {i for i in p.cluster.node_link_ids(node_ids[0]) if links[i].tier == "nic-up"}
+    node_bw = sum(links[i].capacity_bytes_per_s for i in phase.arrays()[0].tolist() if i in ups)
+    return [replace(phase, link_weights=(), channels=ppn,
+                    channel_net_bytes_per_s=node_bw / ppn if node_bw else 0.0).adopt(*phase.arrays())]
 
 
 @register_algorithm("hierarchical")

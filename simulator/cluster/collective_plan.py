@@ -35,6 +35,7 @@ def nccl_model(constants: NcclConstants | None = None) -> NcclModel:
         ring_plateau_factor=c.ring_plateau_factor,
         tree_correction={k: tuple(v) for k, v in c.tree_correction.items()},
         simple_step_bytes=c.simple_step_bytes,
+        nvls_channels=c.nvls_channels,
     )
 
 
@@ -96,6 +97,7 @@ class PhasePlan:
     intra_latency_s: float = 0.0
     net_staged_bytes: float = 0.0
     net_staged_bytes_per_s: float = 0.0
+    net_message_s: float = 0.0
 
     def seconds_per_byte(self, cluster: ClusterGraph) -> float:
         """Seconds per byte of D on the phase's slowest link (kept per cluster: a plan is asked
@@ -169,7 +171,7 @@ class CollectivePlan:
             phases=tuple(
                 PhaseShape(p.seconds_per_byte(cluster), p.steps, p.inter_steps, p.intra_class, p.net_latency_s,
                            p.ppn, p.nodes, p.channels, p.channel_net_bytes_per_s, p.intra_latency_s,
-                           p.net_staged_bytes, p.net_staged_bytes_per_s)
+                           p.net_staged_bytes, p.net_staged_bytes_per_s, p.net_message_s)
                 for p in self.phases
             ),
         )

@@ -18,6 +18,8 @@ Algorithms (shared/REFERENCE.md §1):
   node, a binary tree over the nodes' head GPUs, the mirrored tree on odd channels; every
   edge carries D/C up (reduce) and D/C down (broadcast), pipelined.
 * ``nvls``: NVLink SHARP all-reduce inside an NVSwitch node: each GPU sends and receives D.
+* ``nvls_tree``: NCCL's NVLSTree all-reduce across NVSwitch nodes: NVLink SHARP inside each
+  node, pipelined with a binary tree over the nodes per local rank carrying D/ppn each way.
 * ``hierarchical``: two-level; all-reduce = intra-node RS, inter-node AR per local rank on
   D/g, intra-node AG; all-gather = inter-node AG then intra-node AG (MiCS's hierarchical
   parameter gather); reduce-scatter = intra-node RS then inter-node RS.
@@ -98,6 +100,8 @@ class CollectivePlanner:
         if op == "all_reduce":
             if len(nodes) > 1:
                 algos.append("tree")
+                if self.unrunnable(op, "nvls_tree", gpus) is None:
+                    algos.append("nvls_tree")
             elif self.unrunnable(op, "nvls", gpus) is None:
                 algos.append("nvls")
         return algos
@@ -130,6 +134,16 @@ class CollectivePlanner:
                 return "dtsim models NVLS inside one node only (NCCL's NVLSTree across nodes is not modelled)"
             if len(gpus) <= 2:
                 return "NVLS needs more than two GPUs"
+        if algorithm == "nvls_tree":
+            nodes = self.by_node(gpus)
+            if not (node.intra_node.nvls and self.cluster.gpu.nvlink):
+                return f"NVLSTree needs NVLink SHARP (in-switch reduction) on an NVSwitch; a {node.name} node has none"
+            if op != "all_reduce":
+                return f"NCCL's NVLSTree runs all_reduce only, not {op}"
+            if len(nodes) < 2:
+                return "NVLSTree spans several nodes (NCCL disables it on one node: tuning.cc)"
+            if len({len(m) for m in nodes.values()}) > 1 or min(len(m) for m in nodes.values()) <= 2:
+                return "NVLSTree needs the same number (more than two) of group members on every node"
         return None
 
     def plan(self, op: str, algorithm: str, gpus: tuple[int, ...]) -> CollectivePlan:
@@ -321,6 +335,7 @@ class CollectivePlanner:
             intra_latency_s=self.cluster.intra_hop_latency_s,
             net_staged_bytes=self.cluster.transport.staged_message_bytes if crosses_net else 0.0,
             net_staged_bytes_per_s=(self.cluster.transport.staged_copy_bytes_per_s or 0.0) if crosses_net else 0.0,
+            net_message_s=self.cluster.transport.message_s if crosses_net else 0.0,
         )
         return plan.adopt(used, sums)  # link_weights: (used[i], sums[i]) pairs, made when read
 
@@ -354,6 +369,6 @@ class CollectivePlanner:
         kinds = links.kinds(ids) if isinstance(links, LinkTable) else {links[i].kind for i in ids.tolist()}
         allowed = {"nvlink", "infiniband"}
         if phase.nodes > 1:
-            allowed |= {"pcie"}  # GPU-NIC PCIe hops on InfiniBand nodes (NCCL: paths up to PXB)
-            return kinds <= allowed and self.cluster.transport_kind == "infiniband"
+            allowed |= {"pcie", self.cluster.transport_kind}  # GPU-NIC PCIe hops (NCCL: paths up to PXB)
+            return kinds <= allowed and self.cluster.transport.ll128
         return kinds <= allowed

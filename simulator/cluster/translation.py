@@ -165,7 +165,7 @@ def move_plan(plan: CollectivePlan, translation: Translation, shift_gpus: int, g
             link_weights=(), intra_class=phase.intra_class, net_latency_s=phase.net_latency_s, ppn=phase.ppn, nodes=phase.nodes,
             channels=phase.channels, channel_net_bytes_per_s=phase.channel_net_bytes_per_s,
             intra_latency_s=phase.intra_latency_s, net_staged_bytes=phase.net_staged_bytes,
-            net_staged_bytes_per_s=phase.net_staged_bytes_per_s)
+            net_staged_bytes_per_s=phase.net_staged_bytes_per_s, net_message_s=phase.net_message_s)
         # link_weights: (used[i], sums[i]) pairs, flows: the phase's moved, each made when read
         phases.append(new.adopt(used, sums).moved(phase.flows, shift_gpus))
     return CollectivePlan(plan.op, plan.algorithm, gpus, tuple(phases), plan.ll128_ok)

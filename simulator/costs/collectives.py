@@ -18,6 +18,9 @@ trees, NCCL's size-dependent tree correction. Latency:
   only once it has it, so each of the 2*levels network hops adds one step time,
   ``min(D / channels, step) / channel bandwidth``;
 * nvls:  NCCL's NVLS latency (25 us);
+* nvls_tree: the NVLS latency plus 2 * ceil(log2 nodes) * (hop_net + transport) for the tree
+  across the nodes (NCCL's NVLSTree: intraLat + 2 * log2(nNodes) * interLat), and the tree's
+  pipeline fill (Simple only);
 * direct (p2p, all-to-all) and deepep (DeepEP's dispatch / combine, Simple only): base + one hop.
 
 "transport" is the transport's per-message latency plus, where the transport stages small
@@ -51,6 +54,8 @@ __all__ = [
     "channels_used",
     "net_message_bytes",
     "staged_copy_s",
+    "nvls_tree_chunk_bytes",
+    "message_bound_s",
     "PROTOCOLS",
 ]
 
@@ -71,6 +76,7 @@ class NcclModel:
     ring_plateau_factor: float
     tree_correction: dict[str, tuple[float, ...]]
     simple_step_bytes: float = 512 * 1024
+    nvls_channels: int = 16
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ class PhaseShape:
     intra_latency_s: float = 0.0  # measured extra latency per intra-node step (dtsim calibrate --comm)
     net_staged_bytes: float = 0.0  # network messages up to this size are staged through host buffers
     net_staged_bytes_per_s: float = 0.0  # copy rate of a staged message (0: no staging cost)
+    net_message_s: float = 0.0  # a GPU's network proxy time per message it posts (0: none)
 
 
 @dataclass(frozen=True)
@@ -127,7 +134,7 @@ def ring_all_reduce_time_s(nranks: int, nbytes: float, alpha_s: float, bandwidth
 
 
 def _family(algorithm: str) -> str:
-    return "tree" if algorithm == "tree" else "ring"
+    return "tree" if algorithm in ("tree", "nvls_tree") else "ring"
 
 
 # NCCL's per-thread work before it adds threads and channels, and its most threads per
@@ -173,13 +180,56 @@ def staged_copy_s(phase: PhaseShape, message_bytes: float) -> float:
     return min(message_bytes, phase.net_staged_bytes) / phase.net_staged_bytes_per_s
 
 
+def nvls_tree_chunk_bytes(model: NcclModel, nbytes: float, heads: int) -> float:
+    """NVLSTree's chunk for an all-reduce of ``nbytes``: NCCL's Simple step (512 KiB, the most
+    aws-ofi-nccl's NCCL_NVLSTREE_MAX_CHUNKSIZE=524288 allows: src/platform-aws.c at v1.8.1-aws),
+    halved to 256, 128, 64 and 32 KiB while the message is below 32, 16, 4 and 1 rounds of every
+    channel's heads (NVIDIA/nccl v2.20.3-1 src/enqueue.cc:1712-1722; NVLS channels 16 by
+    default, src/transport/nvls.cc:231)."""
+    chunk = model.simple_step_bytes
+    ops = model.nvls_channels * heads
+    for rounds, cap in ((32, 262144.0), (16, 131072.0), (4, 65536.0), (1, 32768.0)):
+        if nbytes < rounds * ops * chunk and chunk > cap:
+            chunk = cap
+    return chunk
+
+
+def message_bound_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float) -> float:
+    """What the network proxies' message rate adds over the transfer running alone (at the
+    protocol's bandwidth factor, as :func:`collective_time_s`): a GPU posts
+    the bytes it sends across nodes one message (one channel's step, :func:`net_message_bytes`;
+    NVLSTree's chunk, :func:`nvls_tree_chunk_bytes`) after another at ``net_message_s`` each,
+    so the collective takes at least that long. A tree (and NVLSTree) GPU sends D/ppn per tree
+    level, a ring's 2(N-1)/N D/ppn (all-reduce); 0 for other algorithms and for transports
+    without a message cost."""
+    if shape.algorithm not in ("ring", "tree", "nvls_tree"):
+        return 0.0
+    extra = 0.0
+    factor = bandwidth_factor(model, shape.algorithm, protocol, nbytes)
+    for p in shape.phases:
+        if p.net_message_s <= 0 or p.nodes <= 1:
+            continue
+        if shape.algorithm == "ring":
+            sent = wire_factor(shape.op, shape.nranks) * nbytes / p.ppn
+        else:
+            sent = math.ceil(math.log2(p.nodes)) * nbytes / p.ppn
+        if shape.algorithm == "nvls_tree":
+            message = nvls_tree_chunk_bytes(model, nbytes, p.ppn)
+        else:
+            message = net_message_bytes(model, shape, p, protocol, nbytes)
+        extra = max(extra, math.ceil(sent / message) * p.net_message_s - p.seconds_per_byte * nbytes / factor)
+    return max(0.0, extra)
+
+
 def _phase_latency(model: NcclModel, algorithm: str, protocol: str, phase: PhaseShape,
                    message_bytes: float = 0.0) -> float:
     fam = _family(algorithm)
     intra = model.hop_latency[phase.intra_class][fam][protocol] + phase.intra_latency_s
     net = model.hop_latency["net"][fam][protocol] + phase.net_latency_s + staged_copy_s(phase, message_bytes)
-    if algorithm == "tree":
+    if algorithm in ("tree", "nvls_tree"):
         levels = math.ceil(math.log2(phase.nodes)) if phase.nodes > 1 else 0
+        if algorithm == "nvls_tree":
+            return model.nvls_latency + 2 * levels * net
         return 2 * ((phase.ppn - 1) * intra + levels * net)
     if algorithm == "nvls":
         return model.nvls_latency
@@ -188,7 +238,7 @@ def _phase_latency(model: NcclModel, algorithm: str, protocol: str, phase: Phase
 
 def pipeline_fill_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float) -> float:
     """Trees across nodes: one step per network hop before the pipeline runs full."""
-    if shape.algorithm != "tree":
+    if shape.algorithm not in ("tree", "nvls_tree"):
         return 0.0
     fill = 0.0
     step = model.simple_step_bytes if protocol == "Simple" else model.simple_step_bytes / 8
@@ -206,7 +256,7 @@ def collective_latency_s(model: NcclModel, shape: CollectiveShape, protocol: str
     if shape.nranks <= 1:
         return 0.0
     fam = _family(shape.algorithm)
-    base = model.base_latency[fam][protocol]
+    base = 0.0 if shape.algorithm == "nvls_tree" else model.base_latency[fam][protocol]
     calls = len(shape.phases) if shape.algorithm == "hierarchical" else 1
     latency = base * calls + sum(
         _phase_latency(model, shape.algorithm, protocol, p, net_message_bytes(model, shape, p, protocol, nbytes))
@@ -215,13 +265,13 @@ def collective_latency_s(model: NcclModel, shape: CollectiveShape, protocol: str
         latency = model.nvls_latency
     if shape.op == "all_reduce" and shape.algorithm == "ring" and protocol == "Simple" and shape.nodes > 1:
         latency *= model.ring_plateau_factor
-    return latency + pipeline_fill_s(model, shape, protocol, nbytes)
+    return latency + pipeline_fill_s(model, shape, protocol, nbytes) + message_bound_s(model, shape, protocol, nbytes)
 
 
 def bandwidth_factor(model: NcclModel, algorithm: str, protocol: str, nbytes: float) -> float:
     """Fraction of link capacity the protocol delivers (bytes on the wire per byte = 1/f)."""
-    if algorithm == "nvls":
-        return 1.0
+    if algorithm in ("nvls", "nvls_tree"):
+        return 1.0  # the flows carry NVLS's measured efficiency
     factor = model.protocol_bandwidth[_family(algorithm)][protocol]
     if algorithm == "tree":
         table = model.tree_correction[protocol]
@@ -246,7 +296,7 @@ def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float,
     atomic (NVLink, InfiniBand) and the message is not huge, Simple always; only those the
     node type allows (``shape.protocols``: NCCL_PROTO as the network plugin sets it), and of
     those only the ones ``enabled`` (the user's ``NCCL_PROTO``) names."""
-    if shape.algorithm == "nvls" or shape.algorithm.startswith("deepep") or shape.op in ("d2h", "h2d"):
+    if shape.algorithm in ("nvls", "nvls_tree") or shape.algorithm.startswith("deepep") or shape.op in ("d2h", "h2d"):
         options = ["Simple"]  # DeepEP runs its own kernels, not NCCL's LL / LL128 protocols
     else:
         options = []

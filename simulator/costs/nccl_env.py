@@ -11,8 +11,9 @@ CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT; protocols: LL, LL128, Simple
 fails the call ("No algorithm/protocol available for function ... NCCL_ALGO was set to ...",
 ``src/enqueue.cc``); dtsim does the same (:class:`ValueError`), never a silent answer.
 
-dtsim models Ring (``ring``; broadcast's ring is ``chain``), Tree (``tree``) and NVLS inside one
-NVSwitch node (``nvls``); CollNet, NVLSTree and PAT are not modelled. All-to-all is NCCL
+dtsim models Ring (``ring``; broadcast's ring is ``chain``), Tree (``tree``), NVLS inside one
+NVSwitch node (``nvls``) and NVLSTree across NVSwitch nodes (``nvls_tree``); CollNet and PAT are
+not modelled. All-to-all is NCCL
 send/receive, which neither variable affects.
 """
 
@@ -30,7 +31,7 @@ NCCL_FUNCTIONS = {"broadcast": "broadcast", "reduce": "reduce", "allgather": "al
 NCCL_ALGORITHMS = {"tree": "Tree", "ring": "Ring", "collnetdirect": "CollNetDirect",
                    "collnetchain": "CollNetChain", "nvls": "NVLS", "nvlstree": "NVLSTree", "pat": "PAT"}
 NCCL_PROTOCOLS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
-UNMODELLED_ALGORITHMS = ("CollNetDirect", "CollNetChain", "NVLSTree", "PAT")
+UNMODELLED_ALGORITHMS = ("CollNetDirect", "CollNetChain", "PAT")
 
 
 def _parse_list(var: str, text: str, names: dict[str, str]) -> dict[str, frozenset[str]]:
@@ -102,6 +103,8 @@ class NcclTuning:
                 out.add("chain" if op == "broadcast" else "ring")
             elif name in ("Tree", "NVLS"):
                 out.add(name.lower())
+            elif name == "NVLSTree":
+                out.add("nvls_tree")
         return frozenset(out)
 
     def unmodelled(self, op: str) -> tuple[str, ...]:

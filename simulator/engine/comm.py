@@ -123,11 +123,12 @@ class CommResolver:
         enabled = self.tuning.algorithms(comm.op)
         if enabled is None:
             candidates = self.planner.candidates(comm.op, group)
-            return candidates if self.tuning.nvls_enable else [a for a in candidates if a != "nvls"]
-        order: list[str] = [a for a in ("ring", "chain", "tree", "nvls") if a in enabled]
+            return candidates if self.tuning.nvls_enable else [a for a in candidates if a not in ("nvls", "nvls_tree")]
+        order: list[str] = [a for a in ("ring", "chain", "tree", "nvls", "nvls_tree") if a in enabled]
         why = {a: self.planner.unrunnable(comm.op, a, group) for a in order}
-        if not self.tuning.nvls_enable and "nvls" in why:
-            why["nvls"] = "NCCL_NVLS_ENABLE=0"
+        for nvls in ("nvls", "nvls_tree"):
+            if not self.tuning.nvls_enable and nvls in why:
+                why[nvls] = "NCCL_NVLS_ENABLE=0"
         algos = [a for a in order if why[a] is None]
         if not algos:
             reasons = "; ".join(f"{a}: {why[a]}" for a in order)
