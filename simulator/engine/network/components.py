@@ -132,12 +132,14 @@ class Components:
             return [comp]
         lists = [self.classes_of[i] for i in ids]
         rows = np.repeat(np.arange(len(ids)), [len(a) for a in lists])
-        flat = (np.concatenate(lists) if any(isinstance(a, np.ndarray) for a in lists)
-                else np.array([c for a in lists for c in a]))
-        _, col = np.unique(flat, return_inverse=True)
+        if any(isinstance(a, np.ndarray) for a in lists):  # thousands of classes: index by class itself
+            col = np.concatenate(lists)  # (the labels depend only on which entities share a class)
+        else:  # a few: numbered densely, so the scratch array below stays small
+            _, col = np.unique(np.array([c for a in lists for c in a]), return_inverse=True)
         label = np.arange(len(ids))
+        n_cols = int(col.max()) + 1
         while True:  # each entity takes the smallest label reachable through one shared class
-            by_class = np.full(int(col.max()) + 1, len(ids))
+            by_class = np.full(n_cols, len(ids))
             np.minimum.at(by_class, col, label[rows])
             new = label.copy()
             np.minimum.at(new, rows, by_class[col])
