@@ -38,6 +38,7 @@ class Components:
         self.classes_of: dict[int, list[int] | np.ndarray] = {}  # entity -> the classes it loads
         self._split: set[int] = set()  # components an entity left since they were last settled
         self._next = 0
+        self._spot = np.zeros(n_classes, dtype=np.int64)  # settle's scratch: class -> a place it occurs
 
     @property
     def occupancy(self) -> np.ndarray:
@@ -132,9 +133,12 @@ class Components:
             return [comp]
         lists = [self.classes_of[i] for i in ids]
         rows = np.repeat(np.arange(len(ids)), [len(a) for a in lists])
-        if any(isinstance(a, np.ndarray) for a in lists):  # thousands of classes: index by class itself
-            col = np.concatenate(lists)  # (the labels depend only on which entities share a class)
-        else:  # a few: numbered densely, so the scratch array below stays small
+        if any(isinstance(a, np.ndarray) for a in lists):  # thousands of classes: no sort
+            flat = np.concatenate(lists)  # each class named by the last place it occurs (the labels
+            spot = self._spot  # depend only on which entities share a class)
+            spot[flat] = np.arange(len(flat))
+            col = spot[flat]
+        else:  # a few: numbered densely
             _, col = np.unique(np.array([c for a in lists for c in a]), return_inverse=True)
         label = np.arange(len(ids))
         n_cols = int(col.max()) + 1
