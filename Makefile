@@ -46,6 +46,7 @@ bench: $(VENV)/.run-installed
 	$(BIN)/python bench/bench_scale.py
 	$(BIN)/python bench/bench_solver.py --quick
 	$(BIN)/python bench/bench_sweep.py
+	$(BIN)/python bench/bench_megatron_order.py --repeats 1
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -106,3 +106,25 @@ def test_a_mix_of_kinds_met_again_gets_the_same_rates():
     env.run()
     assert done == pytest.approx([4e-3 / 3, 4e-3 / 3, 7e-3 / 3], rel=1e-12)
     assert net.bytes_carried.tolist() == pytest.approx([5e6], rel=1e-12)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(transfers=st.lists(transfer, min_size=1, max_size=10),
+       caps=st.lists(st.sampled_from([1e9, 2.5e9, 1e10, 4.8e10]), min_size=N_CLASSES, max_size=N_CLASSES))
+def test_array_paths_for_many_classes_give_the_same_doubles(transfers, caps):
+    """Loads over ``FEW_CLASSES`` classes are accounted and tracked by array operations, the
+    others by plain loops: with every load on the array paths (threshold 0) every end time,
+    byte count and recomputation is exactly the same."""
+    from simulator.engine.network import base, flow
+
+    want, loops = _run(FlowNetwork, transfers, caps)
+    saved = base.FEW_CLASSES
+    base.FEW_CLASSES = flow.FEW_CLASSES = 0
+    try:
+        got, arrays = _run(FlowNetwork, transfers, caps)
+    finally:
+        base.FEW_CLASSES = flow.FEW_CLASSES = saved
+    assert got == want
+    assert arrays.bytes_carried.tolist() == loops.bytes_carried.tolist()
+    assert arrays.recomputations == loops.recomputations
+    assert [t for t, _, _ in arrays.series] == [t for t, _, _ in loops.series]

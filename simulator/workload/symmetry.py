@@ -36,7 +36,11 @@ def block_ranks(mesh: Mesh, gpus_per_node: int) -> int:
     """Ranks of the smallest block of whole nodes that holds whole data-parallel replicas (and
     whole expert-parallel groups: ``ep*etp`` consecutive ranks of a stage, so ``lcm(ep*etp, tp*cp) /
     (tp*cp)`` replicas). With pp outermost (Megatron-Core's order) a replica spans the whole
-    world: one block."""
+    world: one block, so every link is its own class and a phase standing for a stage's copies
+    loads thousands of them (the flow model handles such loads by array operations,
+    :mod:`simulator.engine.network.components`). A block within each stage would fold those
+    copies, but it changes how the mean-field tier loads are summed (m translates of a group
+    added as one ``m * w`` instead of m times ``w``): not the same doubles."""
     if mesh.pp_outermost:
         return mesh.world
     replicas = math.lcm(mesh.ep * mesh.etp, mesh.tp * mesh.cp) // (mesh.tp * mesh.cp)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
@@ -31,6 +31,9 @@ __all__ = ["NetworkModel", "NetworkFactory", "PhasedNetwork", "Series", "call_so
 
 # link load samples: (time_s, class indices, load in bytes/s on one link of each class)
 Series = list[tuple[float, np.ndarray, np.ndarray]]
+
+# a load crossing more classes than this is accounted by one array operation (base.account)
+FEW_CLASSES = 16
 
 
 class NetworkModel(Protocol):
@@ -89,8 +92,9 @@ class PhasedNetwork(ABC):
         self.env = env
         self.capacity_bytes_per_s = np.asarray(capacity_bytes_per_s, dtype=float)
         self.record_series = record_series
-        self._carried = [0.0] * len(self.capacity_bytes_per_s)  # bytes per class (plain floats: added per phase)
-        self._shapes: dict[int, tuple[PhaseLoad, list[int], list[float]]] = {}  # id(load) -> its classes and flows
+        self._carried = np.zeros(len(self.capacity_bytes_per_s))  # bytes per class
+        # id(load) -> its classes and flows: plain lists for a few classes, else arrays
+        self._shapes: dict[int, tuple[PhaseLoad, Any, Any]] = {}
         self.series: Series = []
         self.entities_started = 0
         self.recomputations = 0
@@ -98,7 +102,7 @@ class PhasedNetwork(ABC):
     @property
     def bytes_carried(self) -> np.ndarray:
         """Bytes carried per link class (one representative link)."""
-        return np.array(self._carried)
+        return self._carried.copy()
 
     # -- public ----------------------------------------------------------------------------
 
@@ -129,20 +133,32 @@ class PhasedNetwork(ABC):
         how fast is each model's business (flow: max-min sharing; analytical: alone)."""
 
     def account(self, load: PhaseLoad, nbytes: float) -> None:
-        """Add ``nbytes`` moved by each of ``load``'s flows to the classes it crosses (one class
-        after another, as ``np.add.at`` would, in plain floats: a phase loads a few classes)."""
+        """Add ``nbytes`` moved by each of ``load``'s flows to the classes it crosses. Each class
+        gets ``flow * nbytes`` added once (a load's classes are distinct), so a loop over a few
+        classes and one array operation over many (a phase standing for a whole pipeline stage
+        of copies crosses thousands) add the same doubles."""
         _, classes, flows = self._shape(load)
         carried = self._carried
-        for c, f in zip(classes, flows, strict=True):
-            carried[c] += f * nbytes
+        if isinstance(classes, list):
+            for c, f in zip(classes, flows, strict=True):
+                carried[c] += f * nbytes
+        else:
+            carried[classes] += flows * nbytes
 
-    def _shape(self, load: PhaseLoad) -> tuple[PhaseLoad, list[int], list[float]]:
-        """``load``'s classes and flows as plain lists, worked out once per load (the record
-        keeps ``load`` alive, so its id is not reused while it is cached)."""
+    def _shape(self, load: PhaseLoad) -> tuple[PhaseLoad, Any, Any]:
+        """``load``'s classes and flows, worked out once per load (the record keeps ``load``
+        alive, so its id is not reused while it is cached): plain lists up to
+        ``FEW_CLASSES`` classes (indexing a few array elements from Python is cheaper than an
+        array operation), else arrays."""
         found = self._shapes.get(id(load))
         if found is None or found[0] is not load:
-            found = self._shapes[id(load)] = (load, np.asarray(load.classes).tolist(),
-                                              np.asarray(load.flows, dtype=float).tolist())
+            classes = np.asarray(load.classes, dtype=np.int64)
+            flows = np.asarray(load.flows, dtype=float)
+            if len(classes) <= FEW_CLASSES:
+                found = (load, classes.tolist(), flows.tolist())
+            else:
+                found = (load, classes, flows)
+            self._shapes[id(load)] = found
         return found
 
     # -- phases ----------------------------------------------------------------------------

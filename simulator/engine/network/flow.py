@@ -32,7 +32,7 @@ import numpy as np
 import simpy
 
 from simulator.engine.lowering import PhaseLoad
-from simulator.engine.network.base import PhasedNetwork, at_end_of_instant
+from simulator.engine.network.base import FEW_CLASSES, PhasedNetwork, at_end_of_instant
 from simulator.engine.network.components import Components
 
 __all__ = ["FlowNetwork"]
@@ -64,8 +64,8 @@ class FlowNetwork(PhasedNetwork):
         super().__init__(env, capacity_bytes_per_s, record_series=record_series)
         self._entities: dict[int, _Entity] = {}
         self._components = Components(len(self.capacity_bytes_per_s))
-        self._kinds: dict[tuple[bytes, bytes, float], tuple[int, list[int]]] = {}
-        self._kind_of: dict[int, tuple[PhaseLoad, int, list[int]]] = {}  # id(load) -> (load, kind, distinct classes)
+        self._kinds: dict[tuple[bytes, bytes, float], tuple[int, list[int] | np.ndarray]] = {}
+        self._kind_of: dict[int, tuple[PhaseLoad, int, list[int] | np.ndarray]] = {}  # id(load) -> (load, kind, distinct classes)
         self._alone: dict[int, float] = {}  # kind -> its per-flow rate alone
         self._filled: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, float]] = {}  # (kinds, counts) -> rates
         self._dirty: set[int] = set()
@@ -84,13 +84,16 @@ class FlowNetwork(PhasedNetwork):
         self._components.add(entity.id, distinct)
         self._mark_dirty(entity.id)
 
-    def _kind(self, load: PhaseLoad) -> tuple[int, list[int]]:
-        """The kind of ``load`` (same classes, flows and cap: same kind) and its distinct classes."""
+    def _kind(self, load: PhaseLoad) -> tuple[int, list[int] | np.ndarray]:
+        """The kind of ``load`` (same classes, flows and cap: same kind) and its distinct classes
+        (a list, or an int64 array beyond ``FEW_CLASSES``: :class:`Components` takes either)."""
         classes = np.asarray(load.classes)
         signature = (classes.tobytes(), np.asarray(load.flows, dtype=float).tobytes(), float(load.rate_cap))
         found = self._kinds.get(signature)
         if found is None:  # a new kind: its distinct classes, for the components
-            found = self._kinds[signature] = (len(self._kinds), np.unique(classes).tolist())
+            distinct = np.unique(classes).astype(np.int64)
+            found = self._kinds[signature] = (len(self._kinds),
+                                              distinct.tolist() if len(distinct) <= FEW_CLASSES else distinct)
         return found
 
     # -- max-min fair sharing ----------------------------------------------------------------
