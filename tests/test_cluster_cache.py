@@ -35,15 +35,16 @@ def _fsdp(nodes: int) -> simulator.Scenario:
 # moved once on purpose by the embedding's dense weight gradient (8fe0671: +0.12 ms on the
 # gpt3 steps, 0.44 ms less exposed shard all-gather under FSDP), and on the p5 rows by p5's
 # EFAv2 transport (efa-v2: 17 us, 7.4 us per message, LL128; 4 nodes -2.8 ms, 8 nodes -6.6 ms
-# per step). Not hand-derived: they pin
+# per step), and by NCCL's single-node LL ceiling (ring LL at llMaxBw inside a node: gpt3 steps
+# +0.48 us, fsdp dp +2.4e-11 s). Not hand-derived: they pin
 # that this machinery moves no result, at several cluster sizes.
 BEFORE = {
-    ("gpt3", 8): (2.70529381317569, {"tp": 0.09204718075500191, "pp": 0.018214388400000447}, 50410433024.0),
-    ("gpt3", 16): (3.0731778766855076, {"tp": 0.09204718075500191, "dp": 0.3766428630772487,
+    ("gpt3", 8): (2.70529429492688, {"tp": 0.09204718075500191, "pp": 0.018214388400000447}, 50410433024.0),
+    ("gpt3", 16): (3.0731783584366976, {"tp": 0.09204718075500191, "dp": 0.3766428630772487,
                                         "pp": 0.0204513505333338}, 33482733056.0),
-    ("gpt3", 64): (3.339044294218215, {"tp": 0.09204718075500191, "dp": 0.6608224314855295,
+    ("gpt3", 64): (3.339044775969405, {"tp": 0.09204718075500191, "dp": 0.6608224314855295,
                                        "pp": 0.0204513505333338}, 20786958080.0),
-    ("fsdp", 1): (1.23323045763727, {"shard": 0.01012864183606245, "dp": 1.500007569621431e-05}, 26770694144.0),
+    ("fsdp", 1): (1.2332304576608644, {"shard": 0.01012864183606245, "dp": 1.500009929067403e-05}, 26770694144.0),
     ("fsdp", 4): (1.2323420454179896, {"shard": 0.012496149072006997, "dp": 0.00012420008791202974}, 14725302272.0),
     ("fsdp", 8): (1.2364216737166, {"shard": 0.014084428280798174, "dp": 0.00017500013186810826}, 12717736960.0),
 }

@@ -244,7 +244,7 @@ def test_nvls_without_nvswitch_sharp_is_an_error(knob):
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--env", "NCCL_ALGO=Bogus"), "unknown name 'Bogus'"),
-    (("--env", "NCCL_PROTO=LL", "-b", "1G", "-e", "1G"), "NCCL_PROTO=LL: no enabled protocol"),
+    (("--env", "NCCL_PROTO=LL", "--nodes", "2", "-b", "1G", "-e", "1G"), "NCCL_PROTO=LL: no enabled protocol"),
     (("-d", "float32"), "-d/--datatype 'float32'"),
     (("-b", "8X"), "invalid size specified for 'minbytes'"),
 ])

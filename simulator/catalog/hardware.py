@@ -204,6 +204,7 @@ class NcclConstants(Frozen):
     nvls_efficiency: Fraction
     protocol_bandwidth: dict[str, dict[str, Fraction]]
     ll_max_bytes: Bytes
+    ll_max_bus_bandwidth_one_node: dict[str, Rate] = Field(default_factory=dict)
     ll128_max_bytes: Bytes
     ring_plateau_factor: float = Field(ge=1)
     tree_correction: dict[str, list[Fraction]]

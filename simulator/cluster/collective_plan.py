@@ -31,6 +31,7 @@ def nccl_model(constants: NcclConstants | None = None) -> NcclModel:
         nvls_efficiency=c.nvls_efficiency,
         protocol_bandwidth={k: dict(v) for k, v in c.protocol_bandwidth.items()},
         ll_max_bytes=c.ll_max_bytes,
+        ll_max_bus_bytes_per_s_one_node=dict(c.ll_max_bus_bandwidth_one_node),
         ll128_max_bytes=c.ll128_max_bytes,
         ring_plateau_factor=c.ring_plateau_factor,
         tree_correction={k: tuple(v) for k, v in c.tree_correction.items()},
@@ -168,6 +169,7 @@ class CollectivePlan:
             nranks=self.nranks,
             ll128_ok=self.ll128_ok,
             protocols=tuple(cluster.node_type.nics.nccl_protocols or PROTOCOLS),
+            gpu_architecture=cluster.gpu.architecture,
             phases=tuple(
                 PhaseShape(p.seconds_per_byte(cluster), p.steps, p.inter_steps, p.intra_class, p.net_latency_s,
                            p.ppn, p.nodes, p.channels, p.channel_net_bytes_per_s, p.intra_latency_s,

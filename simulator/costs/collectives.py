@@ -26,7 +26,9 @@ trees, NCCL's size-dependent tree correction. Latency:
 "transport" is the transport's per-message latency plus, where the transport stages small
 messages through host buffers (EFA below 32 KiB), the copy of one network message
 (:func:`staged_copy_s`); a message is one channel's NCCL step (:func:`net_message_bytes`),
-with NCCL's channel count for the size (:func:`channels_used`). Only the protocols the node
+with NCCL's channel count for the size (:func:`channels_used`). Inside one node ring LL
+runs at no more than NCCL's LL bus-bandwidth ceiling for the GPU generation
+(:func:`ll_bound_s`), and is offered at any size. Only the protocols the node
 type allows are offered (``CollectiveShape.protocols``: Simple on p4d/p4de).
 
 The textbook ring formula of shared/REFERENCE.md §1.2 is the special case of one phase:
@@ -36,7 +38,7 @@ The textbook ring formula of shared/REFERENCE.md §1.2 is the special case of on
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "NcclModel",
@@ -56,6 +58,8 @@ __all__ = [
     "staged_copy_s",
     "nvls_tree_chunk_bytes",
     "message_bound_s",
+    "ll_ceiling_bytes_per_s",
+    "ll_bound_s",
     "PROTOCOLS",
 ]
 
@@ -77,6 +81,7 @@ class NcclModel:
     tree_correction: dict[str, tuple[float, ...]]
     simple_step_bytes: float = 512 * 1024
     nvls_channels: int = 16
+    ll_max_bus_bytes_per_s_one_node: dict[str, float] = field(default_factory=dict)  # by GPU architecture
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,7 @@ class CollectiveShape:
     phases: tuple[PhaseShape, ...]
     ll128_ok: bool = True  # every hop can use LL128 (NVLink, or InfiniBand)
     protocols: tuple[str, ...] = PROTOCOLS  # protocols the node type lets NCCL use (NCCL_PROTO)
+    gpu_architecture: str = ""  # volta | ampere | hopper | ... (NCCL's single-node LL ceiling)
 
     @property
     def nodes(self) -> int:
@@ -221,6 +227,27 @@ def message_bound_s(model: NcclModel, shape: CollectiveShape, protocol: str, nby
     return max(0.0, extra)
 
 
+def ll_ceiling_bytes_per_s(model: NcclModel, shape: CollectiveShape) -> float:
+    """LL's bus-bandwidth ceiling: inside one node NCCL caps ring LL at ``llMaxBw`` of the GPU
+    generation (v2.23.4-1 src/graph/tuning.cc:86-90, 151-152, 187); 0 (no ceiling modelled,
+    LL offered only up to ``ll_max_bytes``) across nodes, where NCCL keys it by CPU vendor."""
+    if shape.nodes != 1:
+        return 0.0
+    return model.ll_max_bus_bytes_per_s_one_node.get(shape.gpu_architecture, 0.0)
+
+
+def ll_bound_s(model: NcclModel, shape: CollectiveShape, protocol: str, nbytes: float) -> float:
+    """What LL's ceiling adds over the transfer running alone: a ring LL collective moves
+    ``wire_factor * D`` bus bytes at no more than :func:`ll_ceiling_bytes_per_s` (NCCL's busBw to
+    algBw ratio nRanks / nsteps, tuning.cc:223, is 1 / wire_factor); 0 for other algorithms
+    and protocols, and where no ceiling applies."""
+    cap = ll_ceiling_bytes_per_s(model, shape)
+    if protocol != "LL" or shape.algorithm != "ring" or cap <= 0:
+        return 0.0
+    transfer = sum(p.seconds_per_byte for p in shape.phases) * nbytes / bandwidth_factor(model, "ring", "LL", nbytes)
+    return max(0.0, wire_factor(shape.op, shape.nranks) * nbytes / cap - transfer)
+
+
 def _phase_latency(model: NcclModel, algorithm: str, protocol: str, phase: PhaseShape,
                    message_bytes: float = 0.0) -> float:
     fam = _family(algorithm)
@@ -265,7 +292,8 @@ def collective_latency_s(model: NcclModel, shape: CollectiveShape, protocol: str
         latency = model.nvls_latency
     if shape.op == "all_reduce" and shape.algorithm == "ring" and protocol == "Simple" and shape.nodes > 1:
         latency *= model.ring_plateau_factor
-    return latency + pipeline_fill_s(model, shape, protocol, nbytes) + message_bound_s(model, shape, protocol, nbytes)
+    return (latency + pipeline_fill_s(model, shape, protocol, nbytes) + message_bound_s(model, shape, protocol, nbytes)
+            + ll_bound_s(model, shape, protocol, nbytes))
 
 
 def bandwidth_factor(model: NcclModel, algorithm: str, protocol: str, nbytes: float) -> float:
@@ -292,7 +320,8 @@ def collective_time_s(model: NcclModel, shape: CollectiveShape, protocol: str, n
 
 def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float,
                   enabled: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """Protocols NCCL would consider: LL for small messages, LL128 where 128-byte stores are
+    """Protocols NCCL would consider: LL for small messages (at any size inside one node, where
+    its ceiling is modelled: :func:`ll_bound_s`), LL128 where 128-byte stores are
     atomic (NVLink, InfiniBand) and the message is not huge, Simple always; only those the
     node type allows (``shape.protocols``: NCCL_PROTO as the network plugin sets it), and of
     those only the ones ``enabled`` (the user's ``NCCL_PROTO``) names."""
@@ -300,7 +329,7 @@ def protocols_for(model: NcclModel, shape: CollectiveShape, nbytes: float,
         options = ["Simple"]  # DeepEP runs its own kernels, not NCCL's LL / LL128 protocols
     else:
         options = []
-        if nbytes <= model.ll_max_bytes:
+        if nbytes <= model.ll_max_bytes or ll_ceiling_bytes_per_s(model, shape) > 0:
             options.append("LL")
         if shape.ll128_ok and nbytes <= model.ll128_max_bytes:
             options.append("LL128")

@@ -107,7 +107,7 @@ class CommResolver:
                           f"; {self.cluster.node_type.name}'s network plugin allows only {'/'.join(limited)}")
                 raise ValueError(
                     f"NCCL_PROTO={self.tuning.proto}: no enabled protocol runs {comm.op} of {comm.nbytes:.0f} B by "
-                    f"{'/'.join(algos)} (dtsim offers LL up to {self.model.ll_max_bytes:.0f} B, LL128 up to "
+                    f"{'/'.join(algos)} (dtsim offers LL up to {self.model.ll_max_bytes:.0f} B across nodes, LL128 up to "
                     f"{self.model.ll128_max_bytes:.0f} B on NVLink/InfiniBand paths, NVLS Simple only{plugin})") from None
         return choice
 
