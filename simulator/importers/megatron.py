@@ -42,6 +42,8 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22):
   ``--fp8-recipe`` (transformer_config.py:594, default delayed; ``custom`` is refused),
   ``--fp8-param-gather`` (arguments.py:2016: ``all_gather: fp8``), TE linears
   (``gemms: transformer-engine``), the LM head bf16.
+- Mixture of experts, multi-latent attention, multi-token prediction, ``--pipeline-model-parallel-layout``:
+  simulator/importers/megatron_moe.py.
 - Legacy Megatron-LM: ``--use-legacy-models`` selected the pre-Megatron-Core GPT model until
   it was removed (commit 39ec5ebeb4 "remove legacy GPT code"); ``--checkpoint-activations``,
   ``--model-parallel-size`` and ``--batch-size`` are the 2020-2021 names arguments.py:592-605
@@ -57,6 +59,7 @@ from typing import Any
 
 from simulator.errors import ScenarioError
 from simulator.importers.common import Imported, Layout, check_layout
+from simulator.importers.megatron_moe import add_moe_args, moe_model, moe_parallelism
 
 __all__ = ["import_megatron", "GPT2_VOCAB"]
 
@@ -103,6 +106,7 @@ def _parser() -> _Parser:
     p.add_argument("--recompute-granularity", choices=["full", "selective"], default=None)
     p.add_argument("--recompute-method", choices=["uniform", "block"], default=None)
     p.add_argument("--recompute-modules", nargs="*", default=None)
+    add_moe_args(p)
     return p
 
 
@@ -245,7 +249,9 @@ def import_megatron(argv: list[str], *, cluster: dict[str, Any], world: int, whe
     if a.model_parallel_size and not a.tensor_model_parallel_size:
         a.tensor_model_parallel_size = a.model_parallel_size
     model = _model(a, notes)
+    model.update(moe_model(a, model, ignored))
     par = _parallelism(a, model["layers"])
+    par.update(moe_parallelism(a, model.get("experts", 0)))
     train = _training(a)
     micro = a.micro_batch_size or a.batch_size
     if micro is None:
