@@ -80,8 +80,8 @@ def _pattern(text: str, layers: int) -> list[int]:
     if re.search(r"[^,\d\[\]()+*]", text) or "**" in text:
         raise ScenarioError(f"{flag}: only digits, commas, [ ] ( ) + and * are allowed")
     try:
-        value = eval(text, {"__builtins__": {}}, {})  # noqa: S307 - characters checked above
-    except Exception:  # noqa: BLE001 - any malformed expression is the user's argument
+        value = eval(text, {"__builtins__": {}}, {})  # characters checked above
+    except Exception:  # any malformed expression is the user's argument
         raise ScenarioError(f"{flag}: not a list expression") from None
     if not isinstance(value, list) or any(v not in (0, 1) for v in value):
         raise ScenarioError(f"{flag}: must give a list of 0 (dense) and 1 (MoE) per layer")
