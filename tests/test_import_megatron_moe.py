@@ -164,3 +164,19 @@ def test_contradictions_exit_2_with_one_line(tmp_path: Path, extra: list[str], n
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0], res.stderr
     assert res.stdout == ""
+
+
+def test_pipeline_layout_mtp_and_1f1b_overlap(tmp_path: Path) -> None:
+    """--pipeline-model-parallel-layout passes through (commas cosmetic, arguments.py:3103-3108) with its mtp
+    layer; --overlap-moe-expert-parallel-comm with --delay-wgrad-compute set the combined 1F1B schedule."""
+    args = ["--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length", "1024",
+            "--vocab-size", "32000", "--micro-batch-size", "1", "--global-batch-size", "16", "--bf16",
+            "--num-experts", "8", "--moe-router-topk", "2", "--expert-model-parallel-size", "4",
+            "--pipeline-model-parallel-size", "2", "--mtp-num-layers", "1",
+            "--pipeline-model-parallel-layout", "Et|t,t,t,m,L", "--moe-token-dispatcher-type", "alltoall"]
+    s, _ = _roundtrip(args, 1, tmp_path)
+    assert (s.parallelism.pipeline_layout, s.model.mtp_layers, s.parallelism.ep) == ("Et|t,t,t,m,L", 1, 4)
+    s, _ = _roundtrip([*args[:-6], "--num-layers-per-virtual-pipeline-stage", "1", "--moe-token-dispatcher-type",
+                       "alltoall", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"], 1, tmp_path)
+    p = s.parallelism
+    assert (p.pp, p.virtual_stages, p.moe.overlap_a2a_1f1b, p.moe.delay_wgrad_compute) == (2, 2, True, True)
