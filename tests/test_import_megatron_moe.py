@@ -152,6 +152,11 @@ def test_moe_options_and_layer_forms(tmp_path: Path) -> None:
     (["--moe-layer-freq", "2"], "--moe-layer-freq 2"),  # Megatron: layers 0, 2, ...: no dtsim form
     (["--moe-layer-freq", "[1]*31"], "--num-layers is 32"),
     (["--moe-layer-freq", "__import__('os')"], "--moe-layer-freq"),
+    # hostile sizes are refused before anything is built: no eval, no 10^15-entry list
+    (["--moe-layer-freq", "[1]*1000000000000000"], "gives more layers than --num-layers (32)"),
+    (["--moe-layer-freq", "([1]*1000)*1000000"], "gives more layers than --num-layers (32)"),
+    (["--moe-layer-freq", "(" * 5000 + "[1]" + ")" * 5000], "--moe-layer-freq"),
+    (["--moe-layer-freq", "[1]+" * 3000 + "[1]"], "--moe-layer-freq"),
     (["--moe-shared-expert-intermediate-size", "20000"], "--moe-shared-expert-intermediate-size 20000"),
     (["--moe-router-topk", "9"], "--moe-router-topk 9"),
     (["--moe-router-score-function", "sqrtsoftplus"], "sqrtsoftplus"),

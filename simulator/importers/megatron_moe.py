@@ -38,6 +38,7 @@ parsed here and so land in the importer's list of arguments read but not modelle
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 from typing import Any
 
@@ -77,11 +78,11 @@ def _pattern(text: str, layers: int) -> list[int]:
             raise ScenarioError(f"{flag}: must be at least 1")
         return [1 if i % n == 0 else 0 for i in range(layers)]
     # the characters _eval_pattern allows (arguments.py:245-253); no ** so no huge powers
-    if re.search(r"[^,\d\[\]()+*]", text) or "**" in text:
+    if re.search(r"[^,\d\[\]()+*\s]", text) or "**" in text:
         raise ScenarioError(f"{flag}: only digits, commas, [ ] ( ) + and * are allowed")
     try:
-        value = eval(text, {"__builtins__": {}}, {})  # characters checked above
-    except Exception:  # any malformed expression is the user's argument
+        value = _expand(ast.parse(text, mode="eval").body, flag, limit=layers)
+    except (SyntaxError, RecursionError, MemoryError):  # malformed, or nested past Python's parser
         raise ScenarioError(f"{flag}: not a list expression") from None
     if not isinstance(value, list) or any(v not in (0, 1) for v in value):
         raise ScenarioError(f"{flag}: must give a list of 0 (dense) and 1 (MoE) per layer")
@@ -89,6 +90,32 @@ def _pattern(text: str, layers: int) -> list[int]:
         raise ScenarioError(f"{flag}: gives {len(value)} layers, --num-layers is {layers} "
                             "(gpt_layer_specs.py:652)")
     return [int(v) for v in value]
+
+
+def _expand(node: ast.expr, flag: str, *, limit: int) -> list[int]:
+    """A list expression of Megatron's pattern grammar (lists of integers joined by + and
+    repeated by * an integer), built without eval and refused as soon as it would hold more
+    than ``limit`` entries (the layer count): no pattern can make dtsim allocate more."""
+    if isinstance(node, ast.List):
+        out = [e.value for e in node.elts if isinstance(e, ast.Constant) and type(e.value) is int]
+        if len(out) != len(node.elts):
+            raise ScenarioError(f"{flag}: a list must hold integers")
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        out = _expand(node.left, flag, limit=limit) + _expand(node.right, flag, limit=limit)
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        lst, num = (node.left, node.right) if isinstance(node.right, ast.Constant) else (node.right, node.left)
+        times = num.value if isinstance(num, ast.Constant) else None
+        if not isinstance(times, int) or isinstance(times, bool):
+            raise ScenarioError(f"{flag}: a list can only be repeated by an integer")
+        part = _expand(lst, flag, limit=limit)
+        if part and times > limit // len(part) + 1:
+            raise ScenarioError(f"{flag}: gives more layers than --num-layers ({limit})")
+        out = part * max(0, times)
+    else:
+        raise ScenarioError(f"{flag}: not a list expression")
+    if len(out) > limit:
+        raise ScenarioError(f"{flag}: gives more layers than --num-layers ({limit})")
+    return out
 
 
 def _moe_layers(text: str, layers: int) -> Any:
