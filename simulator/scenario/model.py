@@ -54,8 +54,9 @@ class ModelSpec(Frozen):
     expert_ffn_hidden: PositiveInt | None = Field(
         None, description="each expert's FFN width (a shared expert has the same width); default ffn_hidden")
     moe_layers: MoeLayers = Field(
-        "all", description="which layers are MoE: all | {every: n} (layers i with i % n == n-1, Megatron's "
-        "moe_layer_freq) | {first_dense: k} (the first k layers dense, DeepSeek style); the others are dense MLPs")
+        "all", description="which layers are MoE: all | {every: n} (layers i with i % n == n-1, the last of every n; "
+        "Megatron-Core's integer moe_layer_freq n makes layers i % n == 0 MoE instead, gpt_layer_specs.py:647-650 at "
+        "NVIDIA/Megatron-LM@d98e8a6) | {first_dense: k} (the first k layers dense, DeepSeek style); the others are dense MLPs")
     capacity_factor: PositiveFloat | None = Field(
         None, description="expert capacity = ceil(tokens x top-k / experts x factor); tokens above it are dropped "
         "(Megatron-Core get_capacity); null = dropless")
