@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_scale import clear_cache  # bench/ is the script's directory, first on sys.path
+
 import simulator
 
 CASES = {
@@ -61,23 +63,15 @@ def scenario(case: str) -> Any:
     return simulator.Scenario.model_validate(data)
 
 
-def _clear() -> None:
-    try:
-        from simulator.cluster.cache import clear_cluster_cache
-    except ImportError:  # code from before the cache: every run is fresh
-        return
-    clear_cluster_cache()
-
-
 def measure(case: str) -> dict[str, Any]:
     """Wall and CPU seconds of one fresh run."""
     sc = scenario(case)
-    _clear()
+    clear_cache()
     wall, cpu = time.perf_counter(), time.process_time()
     result = simulator.simulate(sc)
     out = {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
            "events": result.engine["events"], "step_time_s": result.step_time_s}
-    _clear()
+    clear_cache()
     return out
 
 
